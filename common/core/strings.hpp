@@ -1,0 +1,30 @@
+#pragma once
+// Small string helpers shared by the spec parser, the CLI and the scheduler.
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+
+namespace corral {
+
+// "90s", "30m", "2h", "1d", or combinations like "1h30m". Positive, at most 365 days.
+Result<Duration> parse_duration(std::string_view text);
+// The shortest exact form: 90000ms -> "90s", 5400000 -> "1h30m".
+std::string format_duration(Duration d);
+
+// Shell-style glob: '*' any run, '?' one character, '[...]' a class. No path semantics.
+bool glob_match(std::string_view pattern, std::string_view text);
+
+std::size_t edit_distance(std::string_view a, std::string_view b);
+// The candidate closest to `word` when it is close enough to be a likely typo.
+std::optional<std::string_view> closest_match(std::string_view word,
+                                              std::span<const std::string_view> candidates);
+
+// Quote for messages: "four" with control characters escaped, cut at 40 characters.
+std::string quote_for_message(std::string_view text);
+
+}  // namespace corral

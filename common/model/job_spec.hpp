@@ -1,0 +1,66 @@
+#pragma once
+// JobSpec: a job as a person wrote it, validated. Plain data; the YAML parser lives in
+// job_spec_yaml.hpp and no YAML type leaks out of it.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/core/time.hpp"
+#include "common/model/cuda_version.hpp"
+
+namespace corral::model {
+
+enum class LaunchMode { Torch, Nccl };
+std::string_view to_string(LaunchMode mode);
+
+struct GpuConstraint {
+  std::string model;                      // exact product name or glob; empty = any
+  std::optional<std::int64_t> min_memory_mib;
+  std::optional<CudaVersion> min_cuda;
+
+  bool operator==(const GpuConstraint&) const = default;
+};
+
+struct Command {
+  // shell == true: argv has one element, run by /bin/sh -c. Otherwise exec'd directly.
+  bool shell = true;
+  std::vector<std::string> argv;
+
+  bool operator==(const Command&) const = default;
+};
+
+struct JobSpec {
+  std::string name;
+  Command command;
+  std::string workdir;                                       // empty: the user's home
+  std::vector<std::pair<std::string, std::string>> env;      // in file order, keys unique
+
+  // Resources. Either nodes x gpus_per_node (both set), or total_gpus with nodes unset
+  // (the scheduler picks the fewest nodes that divide it evenly).
+  std::optional<int> nodes;                                  // set: exactly this many nodes
+  std::optional<int> gpus_per_node;
+  std::optional<int> total_gpus;
+  GpuConstraint gpu;
+
+  LaunchMode mode = LaunchMode::Torch;
+  // 0: one process per GPU. Otherwise processes per node; divides the GPUs per node.
+  int procs_per_node = 0;
+
+  std::optional<Duration> time_limit;
+  int priority = 0;                                          // -1000..1000
+  int retries = 0;                                           // 0..10
+
+  bool operator==(const JobSpec&) const = default;
+};
+
+// The total number of GPUs the job asks for.
+int total_gpus(const JobSpec& spec);
+
+// The (nodes, gpus per node) shapes the job accepts, fewest nodes first.
+std::vector<std::pair<int, int>> candidate_shapes(const JobSpec& spec);
+
+}  // namespace corral::model

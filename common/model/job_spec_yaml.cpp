@@ -1,0 +1,1 @@
+#include "common/model/job_spec_yaml.hpp"

@@ -1,0 +1,50 @@
+#pragma once
+// Parses and validates a job spec written in YAML. yaml-cpp stays inside the .cpp.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/model/job_spec.hpp"
+
+namespace corral::model {
+
+// Bounds on what a spec may hold; the defaults are what the coordinator enforces.
+struct SpecLimits {
+  std::size_t max_file_bytes = 64 * 1024;
+  int max_depth = 8;
+  std::size_t max_nodes_in_document = 4096;   // YAML nodes after alias expansion
+  std::size_t max_string_bytes = 4096;        // any single scalar
+  std::size_t max_command_bytes = 16 * 1024;  // the whole command
+  std::size_t max_env_entries = 256;
+  std::size_t max_env_bytes = 32 * 1024;      // keys + values
+  int max_nodes = 1024;                       // resources.nodes
+  int max_gpus_per_node = 64;
+  int max_ranks = 65536;                      // nodes x processes per node
+};
+
+// One problem found in a spec.
+struct SpecProblem {
+  int line = 0;      // 1-based; 0 when the problem has no position (e.g. file too large)
+  int column = 0;    // 1-based
+  std::string path;  // "resources.gpus_per_node"; empty for the document itself
+  std::string message;
+
+  // "job.yaml:7:18: resources.gpus_per_node: must be a positive integer, got \"four\""
+  std::string format(std::string_view file_name) const;
+};
+
+struct SpecParseResult {
+  std::optional<JobSpec> spec;          // set when problems is empty
+  std::vector<SpecProblem> problems;    // every problem found, in document order
+};
+
+SpecParseResult parse_job_spec_detailed(std::string_view yaml_text, const SpecLimits& limits = {});
+
+// InvalidArgument with every problem, one per line, each "file:line:col: path: message".
+Result<JobSpec> parse_job_spec(std::string_view yaml_text, std::string_view file_name,
+                               const SpecLimits& limits = {});
+
+}  // namespace corral::model

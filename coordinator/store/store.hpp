@@ -1,0 +1,108 @@
+#pragma once
+// Store: the coordinator's durable state. Each Change is one state change, applied
+// atomically (all of it or none of it) and durable before commit() returns; a batch of
+// changes is group-committed with a single sync. SqliteStore is the real one;
+// MemoryStore is its in-memory twin for tests. Both pass tests/unit/store/store_contract.
+// Not thread-safe: the coordinator calls it from one thread.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+#include "common/model/inventory.hpp"
+#include "common/model/job.hpp"
+
+namespace corral::store {
+
+struct JobRecord {
+  model::JobId id = 0;                        // assigned by the caller, unique, > 0
+  std::string user;
+  std::string name;
+  std::string spec_yaml;                      // the spec as submitted
+  model::JobState state = model::JobState::Pending;
+  std::string reason;                         // pending reason, or why it ended
+  int attempt = 0;
+  TimePoint submitted_at{};
+  std::optional<TimePoint> started_at;
+  std::optional<TimePoint> ended_at;
+  // Set while STARTING/RUNNING; kept after the end so `corral show` can say where it ran.
+  std::optional<model::Allocation> allocation;
+  std::string nccl_id;                        // 256 hex characters for NCCL jobs, else empty
+  std::optional<int> failed_rank;
+  std::string failed_node;
+  std::optional<int> exit_code;
+
+  bool operator==(const JobRecord&) const = default;
+};
+
+struct JobEvent {
+  model::JobId job = 0;
+  TimePoint at{};
+  std::string text;                           // "PENDING -> STARTING on gpu-a,gpu-b"
+
+  bool operator==(const JobEvent&) const = default;
+};
+
+// Inserts a new job. Conflict if the id exists.
+struct InsertJob {
+  JobRecord job;
+};
+// Replaces every field of an existing job. NotFound if absent. While the new state holds
+// resources (STARTING, RUNNING) the allocation's GPUs (node, index) and master port
+// (master_addr, master_port) are held by this job; Conflict if another job holds any of
+// them. In any other state the job holds nothing: terminal states release in the same
+// transaction.
+struct UpdateJob {
+  JobRecord job;
+};
+struct AppendEvent {
+  JobEvent event;
+};
+// Inserts or replaces a node (inventory, address, state, reason).
+struct UpsertNode {
+  model::Node node;
+};
+
+using Mutation = std::variant<InsertJob, UpdateJob, AppendEvent, UpsertNode>;
+
+// One state change: all of its mutations commit together or not at all.
+struct Change {
+  std::vector<Mutation> mutations;
+};
+
+struct JobQuery {
+  bool include_terminal = true;
+  std::optional<std::string> user;
+};
+
+// Everything the coordinator needs to rebuild its state after a restart.
+struct Snapshot {
+  std::vector<model::Node> nodes;
+  std::vector<JobRecord> active_jobs;         // not terminal
+  model::JobId max_job_id = 0;                // over all jobs ever stored
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Applies the changes in order, each atomically; a failing change is rolled back alone
+  // and the others still apply. Returns one result per change, after all applied changes
+  // are durable.
+  virtual std::vector<Result<void>> commit(std::span<const Change> changes) = 0;
+  Result<void> commit(const Change& change) { return commit(std::span<const Change>(&change, 1)).front(); }
+
+  virtual Result<Snapshot> load() = 0;
+  virtual Result<std::optional<JobRecord>> job(model::JobId id) = 0;
+  // Ordered by id.
+  virtual Result<std::vector<JobRecord>> jobs(const JobQuery& query) = 0;
+  // In the order they were appended.
+  virtual Result<std::vector<JobEvent>> events(model::JobId id) = 0;
+};
+
+}  // namespace corral::store

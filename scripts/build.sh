@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Configures and builds corral into build/ (one tree, ccache). Sourced or run.
+set -euo pipefail
+
+CORRAL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CORRAL_BUILD=${CORRAL_BUILD:-$CORRAL_ROOT/build}
+
+corral_build() {
+  export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+  if [[ ! -f "$CORRAL_BUILD/build.ninja" ]]; then
+    cmake -S "$CORRAL_ROOT" -B "$CORRAL_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  fi
+  cmake --build "$CORRAL_BUILD" -j "$(nproc)" "$@"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  source "$CORRAL_ROOT/scripts/deps.sh"
+  corral_install_deps
+  corral_build "$@"
+fi

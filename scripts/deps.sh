@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages corral needs, only those that are missing.
+# Sourced by scripts/test.sh and scripts/demo.sh; safe to run on its own.
+set -euo pipefail
+
+CORRAL_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libboost-dev libssl-dev libyaml-cpp-dev libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libspdlog-dev libcli11-dev
+  iproute2 procps
+)
+
+corral_install_deps() {
+  local missing=()
+  local pkg
+  for pkg in "${CORRAL_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+  echo "corral: installing missing packages: ${missing[*]}"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  corral_install_deps
+fi
