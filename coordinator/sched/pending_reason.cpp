@@ -1,0 +1,29 @@
+#include "coordinator/sched/pending_reason.hpp"
+
+namespace corral::sched {
+
+namespace {
+constexpr PendingCode kAll[] = {PendingCode::None,     PendingCode::Resources, PendingCode::Priority,
+                                PendingCode::NoHomogeneousSet, PendingCode::NodeDown, PendingCode::Drained};
+}
+
+std::string_view to_string(PendingCode code) {
+  switch (code) {
+    case PendingCode::None: return "None";
+    case PendingCode::Resources: return "Resources";
+    case PendingCode::Priority: return "Priority";
+    case PendingCode::NoHomogeneousSet: return "NoHomogeneousSet";
+    case PendingCode::NodeDown: return "NodeDown";
+    case PendingCode::Drained: return "Drained";
+  }
+  return "Unknown";
+}
+
+std::optional<PendingCode> parse_pending_code(std::string_view text) {
+  for (PendingCode c : kAll) {
+    if (to_string(c) == text) return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace corral::sched

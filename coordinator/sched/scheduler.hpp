@@ -1,0 +1,170 @@
+#pragma once
+// Scheduler: THE pure core. Cluster state and the queue in, decisions out as values.
+// It never sends, sleeps, reads a clock or touches a disk: `now` is a parameter, and
+// the service layer persists each decision before it acts on it. Not thread-safe: the
+// coordinator drives it from one strand.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+#include "common/model/inventory.hpp"
+#include "common/model/job.hpp"
+#include "common/model/job_spec.hpp"
+#include "coordinator/sched/capacity.hpp"
+#include "coordinator/sched/fair_share.hpp"
+#include "coordinator/sched/options.hpp"
+#include "coordinator/sched/pending_reason.hpp"
+#include "coordinator/sched/port_book.hpp"
+#include "coordinator/sched/state_machine.hpp"
+
+namespace corral::sched {
+
+// A live job as the core tracks it. Terminal jobs leave the core.
+struct SchedJob {
+  model::JobId id = 0;
+  std::string user;
+  model::JobSpec spec;
+  model::JobState state = model::JobState::Pending;
+  int attempt = 0;
+  TimePoint submitted_at{};
+  std::optional<TimePoint> started_at;        // when it last entered STARTING
+  std::optional<model::Allocation> allocation;  // while STARTING or RUNNING
+  PendingReason reason;                        // while PENDING
+};
+
+// What happened to a job in an event: who failed and how.
+struct EventInfo {
+  std::optional<int> rank;
+  std::string node;
+  std::optional<int> exit_code;
+  std::string message;  // free text for the event log ("killed by signal 9", "no such user alice")
+};
+
+// One job state change. The service persists it (one transaction), then acts on it.
+struct JobChange {
+  model::JobId job = 0;
+  model::JobState from = model::JobState::Pending;
+  model::JobState to = model::JobState::Pending;
+  JobEvent event = JobEvent::Schedule;
+  int attempt = 0;                              // after the change
+  // to == STARTING: the new allocation. Leaving STARTING/RUNNING: the one released.
+  std::optional<model::Allocation> allocation;
+  EventInfo info;
+  std::string text;                             // for the job event log
+};
+
+// Tell these nodes' agents to kill every rank of the job's attempt.
+struct KillRanks {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::vector<std::string> nodes;
+};
+
+using Decision = std::variant<JobChange, KillRanks>;
+
+// The outcome of a dry run: where the job would go now, or why it would wait.
+struct DryRun {
+  std::optional<model::Allocation> allocation;
+  PendingReason reason;
+};
+
+struct PassStats {
+  int considered = 0;
+  int started = 0;
+  int backfilled = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedOptions options = {});
+
+  // ---- cluster ----
+  // Adds or replaces a node (inventory, address, ports, state). A node going down loses
+  // its jobs (NodeLost); drained nodes keep theirs but take no new ones.
+  Result<std::vector<Decision>> update_node(const model::Node& node, TimePoint now);
+  Result<std::vector<Decision>> set_node_state(std::string_view name, model::NodeState state,
+                                               std::string reason, TimePoint now);
+  const model::Node* node(std::string_view name) const;
+  std::vector<const model::Node*> nodes() const;
+  // The job holding GPU `gpu_index` of `node`, if any.
+  std::optional<model::JobId> gpu_holder(std::string_view node, int gpu_index) const;
+  std::optional<model::JobId> port_holder(std::string_view host, int port) const;
+
+  // ---- jobs ----
+  // ResourceExhausted when no node the cluster knows could ever run the job.
+  Result<void> admissible(const model::JobSpec& spec) const;
+  // A new job, or one reloaded after a restart, in PENDING.
+  Result<void> add_pending(model::JobId id, std::string user, model::JobSpec spec, TimePoint submitted_at,
+                           int attempt = 0);
+  // A job reloaded after a restart in STARTING or RUNNING: holds its GPUs and port again.
+  Result<void> restore_active(SchedJob job);
+  // Feeds an event about a job's attempt. Conflict for stale attempts and events that do
+  // not apply in the job's state; NotFound for unknown jobs.
+  Result<std::vector<Decision>> on_event(model::JobId id, int attempt, JobEvent event, TimePoint now,
+                                         const EventInfo& info = {});
+  const SchedJob* job(model::JobId id) const;
+  std::size_t live_jobs() const { return jobs_.size(); }
+
+  // ---- scheduling ----
+  // One pass: time limits, then placement in queue order with backfill.
+  std::vector<Decision> schedule(TimePoint now);
+  DryRun dry_run(const model::JobSpec& spec, const std::string& user, TimePoint now) const;
+  const PassStats& last_pass() const { return last_pass_; }
+  double usage(const std::string& user) const { return fair_share_.usage(user); }
+
+ private:
+  struct NodeSlot {
+    model::Node node;
+    NodeLayout layout;
+    std::vector<model::JobId> holder;            // by GPU position; 0 = free
+    std::unordered_map<int, int> position;       // GPU index -> position
+  };
+  struct ClassInfo {
+    model::GpuClass cls;
+    model::CudaVersion cuda;
+  };
+  enum class View { Free, IdleUp, IdleUpOrDrained, IdleAll };
+
+  int class_id(const model::Gpu& gpu);
+  const std::vector<int>& matching_classes(const SchedJob& job) const;
+  std::vector<int> matching_classes(const model::GpuConstraint& c) const;
+  Capacity build(View view) const;
+  std::optional<Placement> place(const model::JobSpec& spec, const std::vector<int>& classes,
+                                 const Capacity& cap) const;
+  std::optional<model::Allocation> with_port(const Placement& placement, TimePoint now) const;
+  PendingReason diagnose(const model::JobSpec& spec, const std::vector<int>& classes, const Capacity& avail,
+                         std::vector<std::optional<Capacity>>& views) const;
+  std::string largest_free_set(const std::vector<int>& classes, const Capacity& avail) const;
+  void reserve(const SchedJob& head, const std::vector<int>& classes, const Capacity& avail, TimePoint now,
+               std::optional<Capacity>& unreserved, std::optional<TimePoint>& shadow) const;
+  std::vector<Decision> lose_node(const std::string& name, const std::string& reason, TimePoint now);
+
+  void hold(SchedJob& job, const model::Allocation& alloc, TimePoint now);
+  void release(SchedJob& job, TimePoint now);
+  std::vector<Decision> apply(SchedJob& job, const Transition& t, JobEvent event, TimePoint now,
+                              const EventInfo& info);
+  std::string describe(const SchedJob& job, const JobChange& change) const;
+
+  SchedOptions options_;
+  std::vector<NodeSlot> nodes_;
+  std::unordered_map<std::string, int> node_index_;
+  std::vector<NodeLayout> layouts_;  // parallel to nodes_, for placement
+  std::vector<ClassInfo> classes_;
+  std::map<model::GpuClass, int> class_index_;
+  std::unordered_map<model::JobId, SchedJob> jobs_;
+  // Per-job cache of matching classes; cleared when a new class appears.
+  mutable std::unordered_map<model::JobId, std::vector<int>> class_cache_;
+  PortBook ports_;
+  FairShare fair_share_;
+  std::unordered_map<std::string, int> gpus_by_user_;
+  PassStats last_pass_;
+};
+
+}  // namespace corral::sched
