@@ -1,81 +1,68 @@
 #include "coordinator/sched/capacity.hpp"
 
+#include <algorithm>
+
 #include "common/core/check.hpp"
 
 namespace corral::sched {
 
-namespace {
-const std::set<int> kEmptySet;
-}
-
-Capacity::Capacity(int num_nodes, int num_classes)
+Capacity::Capacity(int num_nodes, int num_classes, int max_per_node)
     : num_classes_(num_classes),
+      max_count_(std::min(max_per_node, kMaxGpusPerNode)),
+      words_((num_nodes + 63) / 64),
       free_(static_cast<std::size_t>(num_nodes) * static_cast<std::size_t>(num_classes), 0),
-      buckets_(static_cast<std::size_t>(num_classes)),
-      at_least_(static_cast<std::size_t>(num_classes)),
-      free_total_(static_cast<std::size_t>(num_classes), 0),
-      max_count_(static_cast<std::size_t>(num_classes), 0) {}
+      buckets_(static_cast<std::size_t>(num_classes) * static_cast<std::size_t>(max_count_ + 1) *
+                   static_cast<std::size_t>(words_),
+               0),
+      at_least_(static_cast<std::size_t>(num_classes) * static_cast<std::size_t>(max_count_ + 1), 0),
+      free_total_(static_cast<std::size_t>(num_classes), 0) {}
 
 void Capacity::move_bucket(int node, int cls, int from, int to) {
-  auto c = static_cast<std::size_t>(cls);
-  auto& buckets = buckets_[c];
-  auto& at_least = at_least_[c];
-  if (static_cast<int>(buckets.size()) <= to) {
-    buckets.resize(static_cast<std::size_t>(to) + 1);
-    at_least.resize(static_cast<std::size_t>(to) + 1, 0);
-    max_count_[c] = std::max(max_count_[c], to);
-  }
-  if (from > 0) buckets[static_cast<std::size_t>(from)].erase(node);
-  if (to > 0) buckets[static_cast<std::size_t>(to)].insert(node);
-  // at_least[k] counts nodes with count >= k; only the boundary between from and to moves.
+  std::uint64_t bit = std::uint64_t{1} << (node % 64);
+  std::size_t word = static_cast<std::size_t>(node / 64);
+  if (from > 0) buckets_[bucket(cls, from) + word] &= ~bit;
+  if (to > 0) buckets_[bucket(cls, to) + word] |= bit;
+  // at_least[k] counts nodes with count >= k; only the counts between from and to move.
+  int* at_least = &at_least_[static_cast<std::size_t>(cls) * static_cast<std::size_t>(max_count_ + 1)];
   if (to > from) {
-    for (int k = from + 1; k <= to; ++k) ++at_least[static_cast<std::size_t>(k)];
+    for (int k = from + 1; k <= to; ++k) ++at_least[k];
   } else {
-    for (int k = to + 1; k <= from; ++k) --at_least[static_cast<std::size_t>(k)];
+    for (int k = to + 1; k <= from; ++k) --at_least[k];
   }
+}
+
+void Capacity::set_free(int node, int cls, GpuMask mask) {
+  GpuMask& cur = free_[index(node, cls)];
+  int before = popcount(cur);
+  int after = popcount(mask);
+  CORRAL_CHECK(after <= max_count_);
+  cur = mask;
+  free_total_[static_cast<std::size_t>(cls)] += after - before;
+  if (before != after) move_bucket(node, cls, before, after);
 }
 
 void Capacity::add_free(int node, int cls, int pos) {
-  GpuMask& mask = free_[index(node, cls)];
+  GpuMask mask = free_mask(node, cls);
   GpuMask bit = GpuMask{1} << pos;
-  if (mask & bit) return;
-  int before = popcount(mask);
-  mask |= bit;
-  ++free_total_[static_cast<std::size_t>(cls)];
-  move_bucket(node, cls, before, before + 1);
+  if (!(mask & bit)) set_free(node, cls, mask | bit);
 }
 
 void Capacity::take(int node, int cls, int pos) {
-  GpuMask& mask = free_[index(node, cls)];
+  GpuMask mask = free_mask(node, cls);
   GpuMask bit = GpuMask{1} << pos;
-  if (!(mask & bit)) return;
-  int before = popcount(mask);
-  mask &= ~bit;
-  --free_total_[static_cast<std::size_t>(cls)];
-  move_bucket(node, cls, before, before - 1);
+  if (mask & bit) set_free(node, cls, mask & ~bit);
 }
 
 void Capacity::take(const Placement& placement) {
   for (const auto& pn : placement.nodes) {
-    for (GpuMask m = pn.gpus; m != 0; m &= m - 1) take(pn.node, placement.cls, __builtin_ctzll(m));
+    set_free(pn.node, placement.cls, free_mask(pn.node, placement.cls) & ~pn.gpus);
   }
 }
 
-bool Capacity::is_free(int node, int cls, int pos) const {
-  return (free_[index(node, cls)] >> pos) & 1U;
-}
-
 int Capacity::nodes_with_at_least(int cls, int k) const {
-  const auto& at_least = at_least_[static_cast<std::size_t>(cls)];
   if (k <= 0) return static_cast<int>(free_.size()) / std::max(1, num_classes_);
-  if (k >= static_cast<int>(at_least.size())) return 0;
-  return at_least[static_cast<std::size_t>(k)];
-}
-
-const std::set<int>& Capacity::nodes_with_exactly(int cls, int k) const {
-  const auto& buckets = buckets_[static_cast<std::size_t>(cls)];
-  if (k <= 0 || k >= static_cast<int>(buckets.size())) return kEmptySet;
-  return buckets[static_cast<std::size_t>(k)];
+  if (k > max_count_) return 0;
+  return at_least_[static_cast<std::size_t>(cls) * static_cast<std::size_t>(max_count_ + 1) + static_cast<std::size_t>(k)];
 }
 
 GpuMask pick_gpus(GpuMask free, int count, const std::vector<GpuMask>& nvlink) {
@@ -118,12 +105,12 @@ std::optional<Placement> place_in_class(const Capacity& cap, const std::vector<N
   Placement placement;
   placement.cls = cls;
   placement.nodes.reserve(static_cast<std::size_t>(nodes));
-  for (int k = per_node; k <= cap.max_count(cls) && static_cast<int>(placement.nodes.size()) < nodes; ++k) {
-    for (int node : cap.nodes_with_exactly(cls, k)) {
+  for (int k = per_node; k <= cap.max_count() && static_cast<int>(placement.nodes.size()) < nodes; ++k) {
+    cap.for_each_with_exactly(cls, k, [&](int node) {
       GpuMask free = cap.free_mask(node, cls);
       placement.nodes.push_back({node, pick_gpus(free, per_node, layouts[static_cast<std::size_t>(node)].nvlink)});
-      if (static_cast<int>(placement.nodes.size()) == nodes) break;
-    }
+      return static_cast<int>(placement.nodes.size()) < nodes;
+    });
   }
   CORRAL_CHECK(static_cast<int>(placement.nodes.size()) == nodes);
   return placement;

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -36,36 +35,54 @@ struct Placement {
 class Capacity {
  public:
   Capacity() = default;
-  Capacity(int num_nodes, int num_classes);
+  // `max_per_node`: the most GPUs of one class any node has (at most kMaxGpusPerNode).
+  Capacity(int num_nodes, int num_classes, int max_per_node);
 
   int num_classes() const { return num_classes_; }
+  // Sets a node's free GPUs of a class in one step (used while building).
+  void set_free(int node, int cls, GpuMask mask);
   void add_free(int node, int cls, int pos);
   void take(int node, int cls, int pos);
-  bool is_free(int node, int cls, int pos) const;
+  // Takes every GPU of a placement.
+  void take(const Placement& placement);
+  bool is_free(int node, int cls, int pos) const { return (free_mask(node, cls) >> pos) & 1U; }
   GpuMask free_mask(int node, int cls) const { return free_[index(node, cls)]; }
   int free_count(int node, int cls) const { return popcount(free_mask(node, cls)); }
   // Nodes with at least k free GPUs of the class.
   int nodes_with_at_least(int cls, int k) const;
   int free_total(int cls) const { return free_total_[static_cast<std::size_t>(cls)]; }
-  // Nodes with exactly k free GPUs of the class, by ascending node slot.
-  const std::set<int>& nodes_with_exactly(int cls, int k) const;
-  int max_count(int cls) const { return max_count_[static_cast<std::size_t>(cls)]; }
-
-  // Takes every GPU of a placement.
-  void take(const Placement& placement);
+  int max_count() const { return max_count_; }
+  // Calls f(node) for the nodes with exactly k free GPUs of the class, by ascending node
+  // slot, until f returns false.
+  template <typename F>
+  void for_each_with_exactly(int cls, int k, F&& f) const {
+    const std::uint64_t* words = &buckets_[bucket(cls, k)];
+    for (int w = 0; w < words_; ++w) {
+      for (std::uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+        if (!f(w * 64 + __builtin_ctzll(bits))) return;
+      }
+    }
+  }
 
  private:
   std::size_t index(int node, int cls) const {
     return static_cast<std::size_t>(node) * static_cast<std::size_t>(num_classes_) + static_cast<std::size_t>(cls);
   }
+  std::size_t bucket(int cls, int k) const {
+    return (static_cast<std::size_t>(cls) * static_cast<std::size_t>(max_count_ + 1) + static_cast<std::size_t>(k)) *
+           static_cast<std::size_t>(words_);
+  }
   void move_bucket(int node, int cls, int from, int to);
 
   int num_classes_ = 0;
-  std::vector<GpuMask> free_;                   // [node * num_classes + cls]
-  std::vector<std::vector<std::set<int>>> buckets_;  // [cls][free count] -> node slots
-  std::vector<std::vector<int>> at_least_;      // [cls][k] nodes with >= k free
-  std::vector<int> free_total_;                 // [cls]
-  std::vector<int> max_count_;                  // [cls] largest count a bucket may hold
+  int max_count_ = 0;
+  int words_ = 0;                          // 64-bit words per node bitset
+  std::vector<GpuMask> free_;              // [node * num_classes + cls]
+  // Node bitsets: [cls][free count][word]. Bitsets keep node order for best-fit ties
+  // and make a copy (for a backfill reservation) a few kilobytes of memcpy.
+  std::vector<std::uint64_t> buckets_;
+  std::vector<int> at_least_;              // [cls * (max_count + 1) + k] nodes with >= k free
+  std::vector<int> free_total_;            // [cls]
 };
 
 // Picks `count` GPUs out of `free`, preferring sets joined by NVLink; lowest positions on

@@ -78,6 +78,7 @@ Result<std::vector<Decision>> Scheduler::update_node(const model::Node& node, Ti
     auto held = old_holders.find(gpu.index);
     if (held != old_holders.end()) slot.holder[p] = held->second;
   }
+  max_gpus_per_node_ = std::max(max_gpus_per_node_, static_cast<int>(node.gpus.size()));
   layouts_.resize(nodes_.size());
   layouts_[static_cast<std::size_t>(it->second)] = slot.layout;
 
@@ -191,12 +192,13 @@ Result<void> Scheduler::admissible(const model::JobSpec& spec) const {
                           classes_.front().cls.to_string() + " (CUDA " + classes_.front().cuda.to_string() + ")");
   }
   Capacity all = build(View::IdleAll);
-  if (place(spec, classes, all)) return {};
+  auto shapes = model::candidate_shapes(spec);
+  if (fits(shapes, classes, all)) return {};
   // Say what the largest gang of one class looks like, to make the mismatch obvious.
   int best_cls = classes.front();
   int best_per_node = 0;
   for (int cls : classes) {
-    for (int k = all.max_count(cls); k > 0; --k) {
+    for (int k = all.max_count(); k > 0; --k) {
       if (all.nodes_with_at_least(cls, k) > 0) {
         if (k > best_per_node) {
           best_per_node = k;
@@ -209,7 +211,6 @@ Result<void> Scheduler::admissible(const model::JobSpec& spec) const {
   const auto& info = classes_[static_cast<std::size_t>(best_cls)];
   std::string msg = "no node set in the cluster could ever run this job: it asks for " + shape_text(spec) +
                     " of one GPU class";
-  auto shapes = model::candidate_shapes(spec);
   if (!shapes.empty()) {
     int per_node = shapes.front().second;
     int n = shapes.front().first;
@@ -237,6 +238,7 @@ Result<void> Scheduler::add_pending(model::JobId id, std::string user, model::Jo
   job.state = JobState::Pending;
   job.attempt = attempt;
   job.submitted_at = submitted_at;
+  job.shapes = model::candidate_shapes(job.spec);
   job.reason = {PendingCode::Resources, "not yet considered"};
   jobs_.emplace(id, std::move(job));
   return {};
@@ -272,6 +274,7 @@ Result<void> Scheduler::restore_active(SchedJob job) {
                                                " is already held by job " + std::to_string(*holder));
   }
   model::Allocation copy = alloc;
+  job.shapes = model::candidate_shapes(job.spec);
   auto [it, _] = jobs_.emplace(job.id, std::move(job));
   hold(it->second, copy, it->second.started_at.value_or(TimePoint{}));
   return {};
@@ -421,27 +424,44 @@ std::vector<Decision> Scheduler::apply(SchedJob& job, const Transition& t, JobEv
 // ---------------------------------------------------------------- placement
 
 Capacity Scheduler::build(View view) const {
-  Capacity cap(static_cast<int>(nodes_.size()), static_cast<int>(classes_.size()));
+  Capacity cap(static_cast<int>(nodes_.size()), static_cast<int>(classes_.size()), max_gpus_per_node_);
+  std::vector<std::pair<int, GpuMask>> masks;  // per class present on the node
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const NodeSlot& slot = nodes_[i];
     auto state = slot.node.state;
     bool include = state == model::NodeState::Up || (view == View::IdleUpOrDrained && state == model::NodeState::Drained) ||
                    view == View::IdleAll;
     if (!include) continue;
+    masks.clear();
     for (std::size_t p = 0; p < slot.holder.size(); ++p) {
       if (view == View::Free && slot.holder[p] != 0) continue;
-      cap.add_free(static_cast<int>(i), slot.layout.gpu_class[p], static_cast<int>(p));
+      int cls = slot.layout.gpu_class[p];
+      auto it = std::find_if(masks.begin(), masks.end(), [cls](const auto& m) { return m.first == cls; });
+      if (it == masks.end()) it = masks.insert(masks.end(), {cls, 0});
+      it->second |= GpuMask{1} << p;
     }
+    for (const auto& [cls, mask] : masks) cap.set_free(static_cast<int>(i), cls, mask);
   }
   return cap;
 }
 
-std::optional<Placement> Scheduler::place(const model::JobSpec& spec, const std::vector<int>& classes,
-                                          const Capacity& cap) const {
-  for (auto [n, g] : model::candidate_shapes(spec)) {
+bool Scheduler::fits(const std::vector<std::pair<int, int>>& shapes, const std::vector<int>& classes,
+                     const Capacity& cap) const {
+  for (auto [n, g] : shapes) {
+    for (int cls : classes) {
+      if (cap.nodes_with_at_least(cls, g) >= n) return true;
+    }
+  }
+  return false;
+}
+
+std::optional<Placement> Scheduler::place(const std::vector<std::pair<int, int>>& shapes,
+                                          const std::vector<int>& classes, const Capacity& cap) const {
+  for (auto [n, g] : shapes) {
     std::optional<Placement> best;
     int best_left = 0;
     for (int cls : classes) {
+      if (cap.nodes_with_at_least(cls, g) < n) continue;
       auto p = place_in_class(cap, layouts_, cls, n, g);
       if (!p) continue;
       int left = leftover(cap, *p);
@@ -506,14 +526,15 @@ std::string Scheduler::largest_free_set(const std::vector<int>& classes, const C
          names;
 }
 
-PendingReason Scheduler::diagnose(const model::JobSpec& spec, const std::vector<int>& classes, const Capacity& avail,
+PendingReason Scheduler::diagnose(const model::JobSpec& spec, const std::vector<std::pair<int, int>>& shapes,
+                                  const std::vector<int>& classes, const Capacity& avail,
                                   std::vector<std::optional<Capacity>>& views) const {
   if (nodes_.empty()) return {PendingCode::Resources, "no node has joined the cluster"};
   if (classes.empty()) return {PendingCode::NoHomogeneousSet, "no GPU in the cluster matches resources.gpu"};
   auto fits_in = [&](View v) {
     auto& cap = views[static_cast<std::size_t>(v)];
     if (!cap) cap = build(v);
-    return place(spec, classes, *cap).has_value();
+    return fits(shapes, classes, *cap);
   };
   int need = model::total_gpus(spec);
   if (fits_in(View::IdleUp)) {
@@ -547,15 +568,16 @@ DryRun Scheduler::dry_run(const model::JobSpec& spec, const std::string& user, T
   (void)user;
   DryRun out;
   auto classes = matching_classes(spec.gpu);
+  auto shapes = model::candidate_shapes(spec);
   Capacity avail = build(View::Free);
-  if (auto p = place(spec, classes, avail)) {
+  if (auto p = place(shapes, classes, avail)) {
     out.allocation = with_port(*p, now);
     if (out.allocation) return out;
     out.reason = {PendingCode::Resources, "no free master port on the chosen nodes"};
     return out;
   }
   std::vector<std::optional<Capacity>> views(4);
-  out.reason = diagnose(spec, classes, avail, views);
+  out.reason = diagnose(spec, shapes, classes, avail, views);
   return out;
 }
 
@@ -604,6 +626,7 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
   const SchedJob* head = nullptr;
   std::optional<Capacity> unreserved;  // free GPUs minus the head's reservation
   std::optional<TimePoint> shadow;     // when the head can start, if known
+  std::map<std::vector<int>, PendingReason> reasons;  // behind the head, by (classes, shapes)
 
   auto start = [&](SchedJob& job, const Placement& p, const model::Allocation& alloc) {
     avail.take(p);
@@ -631,7 +654,7 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
     ++last_pass_.considered;
     const auto& classes = matching_classes(job);
     if (head == nullptr) {
-      auto p = place(job.spec, classes, avail);
+      auto p = place(job.shapes, classes, avail);
       std::optional<model::Allocation> alloc;
       if (p) alloc = with_port(*p, now);
       if (alloc) {
@@ -639,7 +662,7 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
         continue;
       }
       job.reason = p ? PendingReason{PendingCode::Resources, "no free master port on the chosen nodes"}
-                     : diagnose(job.spec, classes, avail, views);
+                     : diagnose(job.spec, job.shapes, classes, avail, views);
       head = &job;
       if (options_.backfill) {
         reserve(job, classes, avail, now, unreserved, shadow);
@@ -650,10 +673,10 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
       job.reason = {PendingCode::Priority, "waiting behind job " + std::to_string(head->id)};
       continue;
     }
-    std::optional<Placement> p = place(job.spec, classes, unreserved ? *unreserved : avail);
+    std::optional<Placement> p = place(job.shapes, classes, unreserved ? *unreserved : avail);
     if (!p && unreserved && shadow && job.spec.time_limit && now + *job.spec.time_limit <= *shadow) {
       // Short enough to end before the head's reserved GPUs are needed.
-      p = place(job.spec, classes, avail);
+      p = place(job.shapes, classes, avail);
     }
     std::optional<model::Allocation> alloc;
     if (p) alloc = with_port(*p, now);
@@ -664,16 +687,27 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
     }
     if (p) {
       job.reason = {PendingCode::Resources, "no free master port on the chosen nodes"};
-    } else if (place(job.spec, classes, avail)) {
+    } else if (fits(job.shapes, classes, avail)) {
       job.reason = {PendingCode::Priority, "would delay job " + std::to_string(head->id) + ", which waits for these GPUs"};
     } else {
-      PendingReason own = diagnose(job.spec, classes, avail, views);
-      if (own.code == PendingCode::Resources) {
-        // It would fit on an idle cluster: the queue ahead of it is what it waits for.
-        job.reason = {PendingCode::Priority, "waiting behind job " + std::to_string(head->id) + "; " + own.detail};
-      } else {
-        job.reason = std::move(own);
+      // Jobs of one shape and class get one reason per pass: diagnosing is the costly
+      // part of a pass over a long queue.
+      std::vector<int> key(classes);
+      key.push_back(-1);
+      for (auto [n, g] : job.shapes) {
+        key.push_back(n);
+        key.push_back(g);
       }
+      auto cached = reasons.find(key);
+      if (cached == reasons.end()) {
+        PendingReason own = diagnose(job.spec, job.shapes, classes, avail, views);
+        if (own.code == PendingCode::Resources) {
+          // It would fit on an idle cluster: the queue ahead of it is what it waits for.
+          own = {PendingCode::Priority, "waiting behind job " + std::to_string(head->id) + "; " + own.detail};
+        }
+        cached = reasons.emplace(std::move(key), std::move(own)).first;
+      }
+      job.reason = cached->second;
     }
   }
   return decisions;
@@ -716,8 +750,8 @@ void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, c
         future.add_free(idx, slot.layout.gpu_class[static_cast<std::size_t>(pos)], pos);
       }
     }
-    at_start = place(head.spec, classes, future);
-    if (at_start) {
+    if (fits(head.shapes, classes, future)) {
+      at_start = place(head.shapes, classes, future);
       known = e.known;
       when = std::max(now, e.at);
       break;

@@ -37,6 +37,7 @@ struct SchedJob {
   std::optional<TimePoint> started_at;        // when it last entered STARTING
   std::optional<model::Allocation> allocation;  // while STARTING or RUNNING
   PendingReason reason;                        // while PENDING
+  std::vector<std::pair<int, int>> shapes;     // candidate (nodes, GPUs per node), fewest nodes first
 };
 
 // What happened to a job in an event: who failed and how.
@@ -136,10 +137,14 @@ class Scheduler {
   const std::vector<int>& matching_classes(const SchedJob& job) const;
   std::vector<int> matching_classes(const model::GpuConstraint& c) const;
   Capacity build(View view) const;
-  std::optional<Placement> place(const model::JobSpec& spec, const std::vector<int>& classes,
+  std::optional<Placement> place(const std::vector<std::pair<int, int>>& shapes, const std::vector<int>& classes,
                                  const Capacity& cap) const;
+  // Whether some shape fits some class: counts only, no placement built.
+  bool fits(const std::vector<std::pair<int, int>>& shapes, const std::vector<int>& classes,
+            const Capacity& cap) const;
   std::optional<model::Allocation> with_port(const Placement& placement, TimePoint now) const;
-  PendingReason diagnose(const model::JobSpec& spec, const std::vector<int>& classes, const Capacity& avail,
+  PendingReason diagnose(const model::JobSpec& spec, const std::vector<std::pair<int, int>>& shapes,
+                         const std::vector<int>& classes, const Capacity& avail,
                          std::vector<std::optional<Capacity>>& views) const;
   std::string largest_free_set(const std::vector<int>& classes, const Capacity& avail) const;
   void reserve(const SchedJob& head, const std::vector<int>& classes, const Capacity& avail, TimePoint now,
@@ -156,6 +161,7 @@ class Scheduler {
   std::vector<NodeSlot> nodes_;
   std::unordered_map<std::string, int> node_index_;
   std::vector<NodeLayout> layouts_;  // parallel to nodes_, for placement
+  int max_gpus_per_node_ = 0;
   std::vector<ClassInfo> classes_;
   std::map<model::GpuClass, int> class_index_;
   std::unordered_map<model::JobId, SchedJob> jobs_;

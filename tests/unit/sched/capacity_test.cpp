@@ -18,7 +18,7 @@ class PlacementTable : public ::testing::TestWithParam<PlacementCase> {};
 
 TEST_P(PlacementTable, PicksTheBestFittingNodes) {
   const auto& c = GetParam();
-  Capacity cap(static_cast<int>(c.free_per_node.size()), 1);
+  Capacity cap(static_cast<int>(c.free_per_node.size()), 1, 8);
   std::vector<NodeLayout> layouts(c.free_per_node.size());
   for (std::size_t n = 0; n < c.free_per_node.size(); ++n) {
     for (int p = 0; p < c.free_per_node[n]; ++p) cap.add_free(static_cast<int>(n), 0, p);
@@ -53,7 +53,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& param_info) { return param_info.param.name; });
 
 TEST(Capacity, CountsNodesWithAtLeastKFreeAsGpusComeAndGo) {
-  Capacity cap(3, 1);
+  Capacity cap(3, 1, 8);
   for (int p = 0; p < 4; ++p) cap.add_free(0, 0, p);
   for (int p = 0; p < 2; ++p) cap.add_free(1, 0, p);
   EXPECT_EQ(cap.nodes_with_at_least(0, 1), 2);
@@ -71,7 +71,7 @@ TEST(Capacity, CountsNodesWithAtLeastKFreeAsGpusComeAndGo) {
 }
 
 TEST(Capacity, ClassesAreCountedApart) {
-  Capacity cap(1, 2);
+  Capacity cap(1, 2, 8);
   cap.add_free(0, 0, 0);
   cap.add_free(0, 1, 1);
   EXPECT_EQ(cap.nodes_with_at_least(0, 2), 0);
