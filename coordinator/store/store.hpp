@@ -48,7 +48,8 @@ struct JobEvent {
   bool operator==(const JobEvent&) const = default;
 };
 
-// Inserts a new job. Conflict if the id exists.
+// Inserts a new job. Conflict if the id exists; InvalidArgument if the id is not > 0. A
+// job inserted as STARTING or RUNNING holds its resources as UpdateJob describes.
 struct InsertJob {
   JobRecord job;
 };
@@ -56,7 +57,8 @@ struct InsertJob {
 // resources (STARTING, RUNNING) the allocation's GPUs (node, index) and master port
 // (master_addr, master_port) are held by this job; Conflict if another job holds any of
 // them. In any other state the job holds nothing: terminal states release in the same
-// transaction.
+// transaction. InvalidArgument for STARTING/RUNNING without an allocation, or a GPU listed
+// twice. Port 0 means no master port yet: none is held.
 struct UpdateJob {
   JobRecord job;
 };

@@ -1,0 +1,137 @@
+#include "coordinator/store/memory_store.hpp"
+
+namespace corral::store {
+
+std::vector<Result<void>> MemoryStore::commit(std::span<const Change> changes) {
+  std::vector<Result<void>> results;
+  results.reserve(changes.size());
+  for (const Change& change : changes) results.push_back(apply_change(change));
+  return results;
+}
+
+Result<void> MemoryStore::apply_change(const Change& change) {
+  undo_.clear();
+  for (const Mutation& mutation : change.mutations) {
+    auto ok = std::visit([this](const auto& m) { return apply(m); }, mutation);
+    if (ok) continue;
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
+    undo_.clear();
+    return ok;
+  }
+  undo_.clear();
+  return {};
+}
+
+void MemoryStore::put_job(JobRecord job) {
+  model::JobId id = job.id;
+  std::optional<JobRecord> before;
+  if (auto it = jobs_.find(id); it != jobs_.end()) before = std::move(it->second);
+  jobs_.insert_or_assign(id, std::move(job));
+  undo_.push_back([this, id, before = std::move(before)]() mutable {
+    if (before) {
+      jobs_.insert_or_assign(id, std::move(*before));
+    } else {
+      jobs_.erase(id);
+    }
+  });
+}
+
+Result<void> MemoryStore::apply(const InsertJob& m) {
+  if (auto ok = check_job_record(m.job); !ok) return ok;
+  if (jobs_.contains(m.job.id)) return std::unexpected(job_exists_error(m.job.id));
+  put_job(m.job);
+  return hold_resources(m.job);
+}
+
+Result<void> MemoryStore::apply(const UpdateJob& m) {
+  if (m.job.id <= 0) return std::unexpected(job_not_found_error(m.job.id, "update"));
+  if (auto ok = check_job_record(m.job); !ok) return ok;
+  if (!jobs_.contains(m.job.id)) return std::unexpected(job_not_found_error(m.job.id, "update"));
+  put_job(m.job);
+  return hold_resources(m.job);
+}
+
+// Mirrors SqliteStore: drop what the job held, then take what its new record holds,
+// GPUs in allocation order and then the port, stopping at the first one already held.
+Result<void> MemoryStore::hold_resources(const JobRecord& job) {
+  auto release = [&](auto& holds) {
+    for (auto it = holds.begin(); it != holds.end();) {
+      if (it->second != job.id) {
+        ++it;
+        continue;
+      }
+      undo_.push_back([&holds, key = it->first, id = job.id] { holds.emplace(key, id); });
+      it = holds.erase(it);
+    }
+  };
+  release(gpu_holds_);
+  release(port_holds_);
+  for (GpuKey& gpu : gpus_held_by(job)) {
+    auto [it, inserted] = gpu_holds_.emplace(gpu, job.id);
+    if (!inserted) return std::unexpected(gpu_held_error(gpu, it->second, job.id));
+    undo_.push_back([this, key = std::move(gpu)] { gpu_holds_.erase(key); });
+  }
+  if (auto port = port_held_by(job)) {
+    auto [it, inserted] = port_holds_.emplace(*port, job.id);
+    if (!inserted) return std::unexpected(port_held_error(*port, it->second, job.id));
+    undo_.push_back([this, key = std::move(*port)] { port_holds_.erase(key); });
+  }
+  return {};
+}
+
+Result<void> MemoryStore::apply(const AppendEvent& m) {
+  if (!jobs_.contains(m.event.job)) return std::unexpected(job_not_found_error(m.event.job, "append event"));
+  auto& list = events_[m.event.job];
+  list.push_back(m.event);
+  // Leaving an empty list behind on undo is harmless: events() reads it as no events.
+  undo_.push_back([&list] { list.pop_back(); });
+  return {};
+}
+
+Result<void> MemoryStore::apply(const UpsertNode& m) {
+  std::optional<model::Node> before;
+  if (auto it = nodes_.find(m.node.name); it != nodes_.end()) before = it->second;
+  nodes_.insert_or_assign(m.node.name, m.node);
+  undo_.push_back([this, name = m.node.name, before = std::move(before)]() mutable {
+    if (before) {
+      nodes_.insert_or_assign(name, std::move(*before));
+    } else {
+      nodes_.erase(name);
+    }
+  });
+  return {};
+}
+
+Result<Snapshot> MemoryStore::load() {
+  Snapshot snap;
+  for (const auto& [name, node] : nodes_) snap.nodes.push_back(node);
+  for (const auto& [id, job] : jobs_) {
+    if (!model::is_terminal(job.state)) snap.active_jobs.push_back(job);
+  }
+  if (!jobs_.empty()) snap.max_job_id = jobs_.rbegin()->first;
+  return snap;
+}
+
+Result<std::optional<JobRecord>> MemoryStore::job(model::JobId id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return std::optional<JobRecord>();
+  return std::optional<JobRecord>(it->second);
+}
+
+Result<std::vector<JobRecord>> MemoryStore::jobs(const JobQuery& query) {
+  std::vector<JobRecord> out;
+  for (const auto& [id, job] : jobs_) {
+    if (!query.include_terminal && model::is_terminal(job.state)) continue;
+    if (query.user && job.user != *query.user) continue;
+    out.push_back(job);
+  }
+  return out;
+}
+
+Result<std::vector<JobEvent>> MemoryStore::events(model::JobId id) {
+  auto it = events_.find(id);
+  if (it == events_.end()) return std::vector<JobEvent>();
+  return it->second;
+}
+
+}  // namespace corral::store

@@ -1,0 +1,449 @@
+#include "coordinator/store/sqlite_store.hpp"
+
+#include <algorithm>
+
+#include <sqlite3.h>
+
+#include "coordinator/store/json_columns.hpp"
+#include "coordinator/store/sqlite_connection.hpp"
+#include "coordinator/store/sqlite_schema.hpp"
+#include "coordinator/store/store_rules.hpp"
+
+namespace corral::store {
+
+namespace {
+
+// Column order of every job SELECT and of the ?1..?15 parameters of INSERT and UPDATE.
+constexpr std::string_view kSelectJob =
+    "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
+    "allocation, nccl_id, failed_rank, failed_node, exit_code FROM jobs ";
+constexpr std::string_view kInsertJob =
+    "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
+    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+constexpr std::string_view kUpdateJob =
+    "UPDATE jobs SET user = ?2, name = ?3, spec_yaml = ?4, state = ?5, reason = ?6, attempt = ?7, "
+    "submitted_at = ?8, started_at = ?9, ended_at = ?10, allocation = ?11, nccl_id = ?12, failed_rank = ?13, "
+    "failed_node = ?14, exit_code = ?15 WHERE id = ?1";
+constexpr std::string_view kUpsertNode =
+    "INSERT INTO nodes (name, address, state, reason, simulated, port_first, port_last, gpus) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    "ON CONFLICT (name) DO UPDATE SET address = excluded.address, state = excluded.state, "
+    "reason = excluded.reason, simulated = excluded.simulated, port_first = excluded.port_first, "
+    "port_last = excluded.port_last, gpus = excluded.gpus";
+
+// "'PENDING', 'STARTING', 'RUNNING'", derived from the model so that a new state cannot be
+// forgotten here.
+std::string active_states_sql() {
+  std::string out;
+  for (model::JobState s : model::kAllJobStates) {
+    if (model::is_terminal(s)) continue;
+    if (!out.empty()) out += ", ";
+    out += "'";
+    out += model::to_string(s);
+    out += "'";
+  }
+  return out;
+}
+
+const std::string& select_all_jobs_sql() {
+  static const std::string sql = std::string(kSelectJob) + "WHERE (?1 IS NULL OR user = ?1) ORDER BY id";
+  return sql;
+}
+
+const std::string& select_active_jobs_sql() {
+  static const std::string sql = std::string(kSelectJob) + "WHERE state IN (" + active_states_sql() +
+                                 ") AND (?1 IS NULL OR user = ?1) ORDER BY id";
+  return sql;
+}
+
+std::optional<std::int64_t> optional_millis(const std::optional<TimePoint>& t) {
+  if (!t) return std::nullopt;
+  return to_millis(*t);
+}
+
+std::optional<std::int64_t> optional_int(const std::optional<int>& v) {
+  if (!v) return std::nullopt;
+  return *v;
+}
+
+void bind_job(SqliteStatement& stmt, const JobRecord& job) {
+  std::optional<std::string> allocation;
+  if (job.allocation) allocation = allocation_to_json(*job.allocation);
+  stmt.bind(1, job.id)
+      .bind(2, job.user)
+      .bind(3, job.name)
+      .bind(4, job.spec_yaml)
+      .bind(5, model::to_string(job.state))
+      .bind(6, job.reason)
+      .bind(7, std::int64_t{job.attempt})
+      .bind(8, to_millis(job.submitted_at))
+      .bind(9, optional_millis(job.started_at))
+      .bind(10, optional_millis(job.ended_at))
+      .bind(11, allocation)
+      .bind(12, job.nccl_id)
+      .bind(13, optional_int(job.failed_rank))
+      .bind(14, job.failed_node)
+      .bind(15, optional_int(job.exit_code));
+}
+
+// Values we wrote ourselves; a mismatch means the file was damaged or edited by hand.
+Result<JobRecord> read_job(const SqliteStatement& stmt) {
+  JobRecord job;
+  job.id = stmt.int64(0);
+  auto context = [&](std::string_view what) {
+    return "job " + std::to_string(job.id) + ": " + std::string(what);
+  };
+  job.user = stmt.text(1);
+  job.name = stmt.text(2);
+  job.spec_yaml = stmt.text(3);
+  std::string state = stmt.text(4);
+  auto parsed = model::parse_job_state(state);
+  if (!parsed) {
+    return make_error(ErrorCode::Internal, context("unknown state \"" + state + "\" in the database"));
+  }
+  job.state = *parsed;
+  job.reason = stmt.text(5);
+  job.attempt = static_cast<int>(stmt.int64(6));
+  job.submitted_at = from_millis(stmt.int64(7));
+  if (auto t = stmt.optional_int64(8)) job.started_at = from_millis(*t);
+  if (auto t = stmt.optional_int64(9)) job.ended_at = from_millis(*t);
+  if (auto text = stmt.optional_text(10)) {
+    auto alloc = allocation_from_json(*text);
+    if (!alloc) return make_error(ErrorCode::Internal, context(alloc.error().message()));
+    job.allocation = std::move(*alloc);
+  }
+  job.nccl_id = stmt.text(11);
+  if (auto v = stmt.optional_int64(12)) job.failed_rank = static_cast<int>(*v);
+  job.failed_node = stmt.text(13);
+  if (auto v = stmt.optional_int64(14)) job.exit_code = static_cast<int>(*v);
+  return job;
+}
+
+Result<model::Node> read_node(const SqliteStatement& stmt) {
+  model::Node node;
+  node.name = stmt.text(0);
+  node.address = stmt.text(1);
+  std::string state = stmt.text(2);
+  auto parsed = model::parse_node_state(state);
+  if (!parsed) {
+    return make_error(ErrorCode::Internal,
+                      "node " + node.name + ": unknown state \"" + state + "\" in the database");
+  }
+  node.state = *parsed;
+  node.reason = stmt.text(3);
+  node.simulated = stmt.int64(4) != 0;
+  node.ports.first = static_cast<int>(stmt.int64(5));
+  node.ports.last = static_cast<int>(stmt.int64(6));
+  auto gpus = gpus_from_json(stmt.text(7));
+  if (!gpus) return make_error(ErrorCode::Internal, "node " + node.name + ": " + gpus.error().message());
+  node.gpus = std::move(*gpus);
+  return node;
+}
+
+}  // namespace
+
+SqliteStore::SqliteStore(std::unique_ptr<SqliteConnection> db) : db_(std::move(db)) {}
+
+SqliteStore::~SqliteStore() = default;
+
+const std::string& SqliteStore::path() const {
+  return db_->path();
+}
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path, Options options) {
+  auto fail = [&](const Error& e) -> Result<std::unique_ptr<SqliteStore>> {
+    return std::unexpected(e.with_context("open store " + path));
+  };
+  auto conn = SqliteConnection::open(path);
+  if (!conn) return fail(conn.error());
+  SqliteConnection& db = **conn;
+  if (auto ok = db.set_busy_timeout(static_cast<int>(options.busy_timeout.count())); !ok) {
+    return fail(ok.error());
+  }
+  // The first statement reads the file header: this is where "not a database" shows up.
+  auto mode = db.query_text("PRAGMA journal_mode = WAL");
+  if (!mode) return fail(mode.error());
+  if (*mode != "wal" && !(path == ":memory:" && *mode == "memory")) {
+    return fail(
+        Error(ErrorCode::Unavailable, "could not switch to WAL mode, journal_mode is \"" + *mode + "\""));
+  }
+  // FULL, not NORMAL: in WAL mode NORMAL may lose the last commits on power loss, and an
+  // acknowledged state change must survive that.
+  if (auto ok = db.exec("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON"); !ok) return fail(ok.error());
+  auto sync = db.query_text("PRAGMA synchronous");
+  if (!sync) return fail(sync.error());
+  auto fk = db.query_text("PRAGMA foreign_keys");
+  if (!fk) return fail(fk.error());
+  if (*sync != "2" || *fk != "1") {
+    return fail(Error(ErrorCode::Internal,
+                      "PRAGMA synchronous/foreign_keys did not take effect (" + *sync + ", " + *fk + ")"));
+  }
+  if (auto ok = migrate_sqlite_schema(db); !ok) return fail(ok.error());
+  return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(*conn)));
+}
+
+Result<std::string> SqliteStore::pragma(std::string_view name) {
+  bool valid = !name.empty() && std::all_of(name.begin(), name.end(),
+                                            [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
+  if (!valid) {
+    return make_error(ErrorCode::InvalidArgument, "not a pragma name: \"" + std::string(name) + "\"");
+  }
+  return db_->query_text("PRAGMA " + std::string(name));
+}
+
+// ---- writes ----
+
+std::vector<Result<void>> SqliteStore::commit(std::span<const Change> changes) {
+  std::vector<Result<void>> results;
+  if (changes.empty()) return results;
+  auto fail_all = [&](const Error& e) {
+    results.assign(changes.size(), std::unexpected(e));
+    return results;
+  };
+  // IMMEDIATE takes the write lock now, so no change can fail half-way with SQLITE_BUSY
+  // because another connection started writing first.
+  if (auto ok = db_->run("BEGIN IMMEDIATE"); !ok) return fail_all(ok.error().with_context("commit: begin"));
+  results.reserve(changes.size());
+  for (const Change& change : changes) {
+    auto ok = apply_change(change);
+    if (!db_->in_transaction()) {
+      // SQLite rolled the whole transaction back (disk full, I/O error): the changes
+      // applied so far are gone too, and nothing more can be applied.
+      Error cause = ok ? Error(ErrorCode::Internal, "transaction ended unexpectedly") : ok.error();
+      return fail_all(cause.with_context("commit: batch rolled back"));
+    }
+    results.push_back(std::move(ok));
+  }
+  if (auto ok = db_->run("COMMIT"); !ok) {
+    if (db_->in_transaction()) (void)db_->run("ROLLBACK");
+    return fail_all(ok.error().with_context("commit"));
+  }
+  return results;
+}
+
+Result<void> SqliteStore::apply_change(const Change& change) {
+  if (auto ok = db_->run("SAVEPOINT change"); !ok) return ok;
+  for (const Mutation& mutation : change.mutations) {
+    auto ok = std::visit([this](const auto& m) { return apply(m); }, mutation);
+    if (ok) continue;
+    if (!db_->in_transaction()) return ok;  // commit() reports the whole batch
+    auto undone = db_->run("ROLLBACK TO change");
+    if (!undone) {
+      // The change cannot be undone alone, so nothing of the batch may be kept.
+      (void)db_->run("ROLLBACK");
+      return std::unexpected(
+          undone.error().with_context("undo failed change (" + ok.error().to_string() + ")"));
+    }
+    if (auto released = db_->run("RELEASE change"); !released) {
+      (void)db_->run("ROLLBACK");
+      return std::unexpected(released.error().with_context("undo failed change"));
+    }
+    return ok;
+  }
+  if (auto released = db_->run("RELEASE change"); !released) {
+    // Left in place, the savepoint would be committed with the batch although this change
+    // reports failure: drop the whole batch instead, which commit() then reports.
+    (void)db_->run("ROLLBACK");
+    return released;
+  }
+  return {};
+}
+
+Result<void> SqliteStore::apply(const InsertJob& m) {
+  const JobRecord& job = m.job;
+  if (auto ok = check_job_record(job); !ok) return ok;
+  auto stmt = db_->prepare(kInsertJob);
+  if (!stmt) return std::unexpected(stmt.error());
+  bind_job(**stmt, job);
+  if (auto ok = (*stmt)->run(); !ok) {
+    if ((*stmt)->extended_error_code() == SQLITE_CONSTRAINT_PRIMARYKEY) {
+      return std::unexpected(job_exists_error(job.id));
+    }
+    return std::unexpected(ok.error().with_context("insert job " + std::to_string(job.id)));
+  }
+  return hold_resources(job);
+}
+
+Result<void> SqliteStore::apply(const UpdateJob& m) {
+  const JobRecord& job = m.job;
+  if (job.id <= 0) return std::unexpected(job_not_found_error(job.id, "update"));
+  if (auto ok = check_job_record(job); !ok) return ok;
+  {
+    auto stmt = db_->prepare(kUpdateJob);
+    if (!stmt) return std::unexpected(stmt.error());
+    bind_job(**stmt, job);
+    if (auto ok = (*stmt)->run(); !ok) {
+      return std::unexpected(ok.error().with_context("update job " + std::to_string(job.id)));
+    }
+    if ((*stmt)->changes() == 0) return std::unexpected(job_not_found_error(job.id, "update"));
+  }
+  return hold_resources(job);
+}
+
+// Replaces whatever the job held with what its new record holds: nothing unless the state
+// holds resources. The primary keys of the hold tables do the conflict detection.
+Result<void> SqliteStore::hold_resources(const JobRecord& job) {
+  auto context = "hold resources for job " + std::to_string(job.id);
+  for (std::string_view sql :
+       {"DELETE FROM gpu_holds WHERE job_id = ?1", "DELETE FROM port_holds WHERE job_id = ?1"}) {
+    auto stmt = db_->prepare(sql);
+    if (!stmt) return std::unexpected(stmt.error());
+    (*stmt)->bind(1, job.id);
+    if (auto ok = (*stmt)->run(); !ok) return std::unexpected(ok.error().with_context(context));
+  }
+  for (const GpuKey& gpu : gpus_held_by(job)) {
+    auto stmt = db_->prepare("INSERT INTO gpu_holds (node, gpu_index, job_id) VALUES (?1, ?2, ?3)");
+    if (!stmt) return std::unexpected(stmt.error());
+    (*stmt)->bind(1, gpu.node).bind(2, std::int64_t{gpu.index}).bind(3, job.id);
+    auto ok = (*stmt)->run();
+    if (ok) continue;
+    if ((*stmt)->extended_error_code() != SQLITE_CONSTRAINT_PRIMARYKEY) {
+      return std::unexpected(ok.error().with_context(context));
+    }
+    stmt->reset();
+    auto holder = db_->prepare("SELECT job_id FROM gpu_holds WHERE node = ?1 AND gpu_index = ?2");
+    if (!holder) return std::unexpected(holder.error());
+    (*holder)->bind(1, gpu.node).bind(2, std::int64_t{gpu.index});
+    auto row = (*holder)->step();
+    if (!row) return std::unexpected(row.error().with_context(context));
+    return std::unexpected(gpu_held_error(gpu, *row ? (*holder)->int64(0) : 0, job.id));
+  }
+  if (auto port = port_held_by(job)) {
+    auto stmt = db_->prepare("INSERT INTO port_holds (host, port, job_id) VALUES (?1, ?2, ?3)");
+    if (!stmt) return std::unexpected(stmt.error());
+    (*stmt)->bind(1, port->host).bind(2, std::int64_t{port->port}).bind(3, job.id);
+    auto ok = (*stmt)->run();
+    if (ok) return {};
+    if ((*stmt)->extended_error_code() != SQLITE_CONSTRAINT_PRIMARYKEY) {
+      return std::unexpected(ok.error().with_context(context));
+    }
+    stmt->reset();
+    auto holder = db_->prepare("SELECT job_id FROM port_holds WHERE host = ?1 AND port = ?2");
+    if (!holder) return std::unexpected(holder.error());
+    (*holder)->bind(1, port->host).bind(2, std::int64_t{port->port});
+    auto row = (*holder)->step();
+    if (!row) return std::unexpected(row.error().with_context(context));
+    return std::unexpected(port_held_error(*port, *row ? (*holder)->int64(0) : 0, job.id));
+  }
+  return {};
+}
+
+Result<void> SqliteStore::apply(const AppendEvent& m) {
+  const JobEvent& event = m.event;
+  auto stmt = db_->prepare("INSERT INTO job_events (job_id, at, text) VALUES (?1, ?2, ?3)");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, event.job).bind(2, to_millis(event.at)).bind(3, event.text);
+  if (auto ok = (*stmt)->run(); !ok) {
+    if ((*stmt)->extended_error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
+      return std::unexpected(job_not_found_error(event.job, "append event"));
+    }
+    return std::unexpected(ok.error().with_context("append event to job " + std::to_string(event.job)));
+  }
+  return {};
+}
+
+Result<void> SqliteStore::apply(const UpsertNode& m) {
+  const model::Node& node = m.node;
+  auto stmt = db_->prepare(kUpsertNode);
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)
+      ->bind(1, node.name)
+      .bind(2, node.address)
+      .bind(3, model::to_string(node.state))
+      .bind(4, node.reason)
+      .bind(5, std::int64_t{node.simulated ? 1 : 0})
+      .bind(6, std::int64_t{node.ports.first})
+      .bind(7, std::int64_t{node.ports.last})
+      .bind(8, gpus_to_json(node.gpus));
+  if (auto ok = (*stmt)->run(); !ok) {
+    return std::unexpected(ok.error().with_context("upsert node " + node.name));
+  }
+  return {};
+}
+
+// ---- reads ----
+
+Result<std::vector<JobRecord>> SqliteStore::select_jobs(std::string_view sql, const JobQuery& query) {
+  auto stmt = db_->prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, query.user);
+  std::vector<JobRecord> jobs;
+  while (true) {
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("read jobs"));
+    if (!*row) return jobs;
+    auto job = read_job(**stmt);
+    if (!job) return std::unexpected(job.error());
+    jobs.push_back(std::move(*job));
+  }
+}
+
+Result<std::optional<JobRecord>> SqliteStore::job(model::JobId id) {
+  static const std::string sql = std::string(kSelectJob) + "WHERE id = ?1";
+  auto stmt = db_->prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, id);
+  auto row = (*stmt)->step();
+  if (!row) return std::unexpected(row.error().with_context("read job " + std::to_string(id)));
+  if (!*row) return std::optional<JobRecord>();
+  auto job = read_job(**stmt);
+  if (!job) return std::unexpected(job.error());
+  return std::optional<JobRecord>(std::move(*job));
+}
+
+Result<std::vector<JobRecord>> SqliteStore::jobs(const JobQuery& query) {
+  return select_jobs(query.include_terminal ? select_all_jobs_sql() : select_active_jobs_sql(), query);
+}
+
+Result<std::vector<JobEvent>> SqliteStore::events(model::JobId id) {
+  auto stmt = db_->prepare("SELECT job_id, at, text FROM job_events WHERE job_id = ?1 ORDER BY seq");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, id);
+  std::vector<JobEvent> events;
+  while (true) {
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("read events of job " + std::to_string(id)));
+    if (!*row) return events;
+    events.push_back({(*stmt)->int64(0), from_millis((*stmt)->int64(1)), (*stmt)->text(2)});
+  }
+}
+
+Result<Snapshot> SqliteStore::load() {
+  // One read transaction, so the nodes, jobs and max id come from the same instant.
+  if (auto ok = db_->run("BEGIN"); !ok) return std::unexpected(ok.error().with_context("load"));
+  auto read = [&]() -> Result<Snapshot> {
+    Snapshot snap;
+    {
+      auto stmt = db_->prepare(
+          "SELECT name, address, state, reason, simulated, port_first, port_last, gpus FROM nodes ORDER BY "
+          "name");
+      if (!stmt) return std::unexpected(stmt.error());
+      while (true) {
+        auto row = (*stmt)->step();
+        if (!row) return std::unexpected(row.error().with_context("read nodes"));
+        if (!*row) break;
+        auto node = read_node(**stmt);
+        if (!node) return std::unexpected(node.error());
+        snap.nodes.push_back(std::move(*node));
+      }
+    }
+    auto active = select_jobs(select_active_jobs_sql(), JobQuery{});
+    if (!active) return std::unexpected(active.error());
+    snap.active_jobs = std::move(*active);
+    auto stmt = db_->prepare("SELECT COALESCE(MAX(id), 0) FROM jobs");
+    if (!stmt) return std::unexpected(stmt.error());
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("read max job id"));
+    snap.max_job_id = (*stmt)->int64(0);
+    return snap;
+  };
+  auto snap = read();
+  // A read transaction has nothing to lose; COMMIT and ROLLBACK both just end it.
+  auto ended = db_->run(snap ? "COMMIT" : "ROLLBACK");
+  if (!snap) return std::unexpected(snap.error().with_context("load"));
+  if (!ended) return std::unexpected(ended.error().with_context("load"));
+  return snap;
+}
+
+}  // namespace corral::store

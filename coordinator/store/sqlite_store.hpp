@@ -1,0 +1,63 @@
+#pragma once
+// SqliteStore: the coordinator's Store on one SQLite file. WAL mode with synchronous=FULL,
+// so a commit() that returned is on disk even if the power goes next; a batch of changes
+// is one transaction (one sync), each change in its own savepoint. The GPU and port hold
+// tables have primary keys that make a double hold impossible at the database level.
+// Lives on the coordinator's store thread, like every Store: not thread-safe.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "coordinator/store/store.hpp"
+
+namespace corral::store {
+
+class SqliteConnection;
+
+struct SqliteStoreOptions {
+  // How long a statement waits for another process's lock (a backup, the sqlite3 shell)
+  // before the commit fails with Unavailable.
+  std::chrono::milliseconds busy_timeout{5000};
+};
+
+class SqliteStore final : public Store {
+ public:
+  using Options = SqliteStoreOptions;
+
+  // Opens or creates the database and brings its schema up to date. Conflict when the
+  // file's schema is newer than this build; Internal or Unavailable, with SQLite's reason
+  // and the path, when the file is not a database or cannot be opened.
+  [[nodiscard]] static Result<std::unique_ptr<SqliteStore>> open(const std::string& path,
+                                                                 Options options = {});
+  ~SqliteStore() override;
+
+  std::vector<Result<void>> commit(std::span<const Change> changes) override;
+  using Store::commit;
+  Result<Snapshot> load() override;
+  Result<std::optional<JobRecord>> job(model::JobId id) override;
+  Result<std::vector<JobRecord>> jobs(const JobQuery& query) override;
+  Result<std::vector<JobEvent>> events(model::JobId id) override;
+
+  // For diagnostics and tests: the value of `PRAGMA <name>` on this connection as text
+  // ("journal_mode" -> "wal", "synchronous" -> "2"). InvalidArgument unless name is
+  // made of [a-z_].
+  [[nodiscard]] Result<std::string> pragma(std::string_view name);
+  const std::string& path() const;
+
+ private:
+  explicit SqliteStore(std::unique_ptr<SqliteConnection> db);
+
+  Result<void> apply_change(const Change& change);
+  Result<void> apply(const InsertJob& m);
+  Result<void> apply(const UpdateJob& m);
+  Result<void> apply(const AppendEvent& m);
+  Result<void> apply(const UpsertNode& m);
+  Result<void> hold_resources(const JobRecord& job);
+  Result<std::vector<JobRecord>> select_jobs(std::string_view sql, const JobQuery& query);
+
+  std::unique_ptr<SqliteConnection> db_;
+};
+
+}  // namespace corral::store

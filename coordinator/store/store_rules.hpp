@@ -1,0 +1,46 @@
+#pragma once
+// The rules both Store implementations enforce, and their error messages, written once so
+// that SqliteStore and MemoryStore cannot drift apart: what a job record must satisfy,
+// which GPUs and port it holds, and how a refused hold or a missing job is reported.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "coordinator/store/store.hpp"
+
+namespace corral::store {
+
+struct GpuKey {
+  std::string node;
+  int index = 0;
+
+  auto operator<=>(const GpuKey&) const = default;
+};
+
+struct PortKey {
+  std::string host;
+  int port = 0;
+
+  auto operator<=>(const PortKey&) const = default;
+};
+
+// What InsertJob and UpdateJob accept: an id > 0, and an allocation whenever the state
+// holds resources (a STARTING job without GPUs is a scheduler bug worth refusing loudly).
+[[nodiscard]] Result<void> check_job_record(const JobRecord& job);
+
+// The GPUs and master port a job in this record holds: none unless its state holds
+// resources. Each GPU appears as often as the allocation lists it.
+std::vector<GpuKey> gpus_held_by(const JobRecord& job);
+std::optional<PortKey> port_held_by(const JobRecord& job);
+
+Error job_exists_error(model::JobId id);
+Error job_not_found_error(model::JobId id, std::string_view action);
+// holder == job: the allocation lists the GPU twice (InvalidArgument); otherwise another
+// job holds it (Conflict).
+Error gpu_held_error(const GpuKey& gpu, model::JobId holder, model::JobId job);
+// A job holds one port, so the holder is always another job: Conflict.
+Error port_held_error(const PortKey& port, model::JobId holder, model::JobId job);
+
+}  // namespace corral::store

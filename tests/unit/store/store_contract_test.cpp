@@ -1,0 +1,525 @@
+// The Store contract: every implementation runs this one suite.
+
+#include <memory>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/store/memory_store.hpp"
+#include "coordinator/store/sqlite_store.hpp"
+#include "tests/unit/store/temp_dir.hpp"
+
+namespace corral::store {
+namespace {
+
+using model::JobState;
+using ::testing::HasSubstr;
+
+struct MemoryImpl {
+  static constexpr const char* kName = "Memory";
+  Result<std::unique_ptr<Store>> make() { return std::make_unique<MemoryStore>(); }
+};
+
+struct SqliteImpl {
+  static constexpr const char* kName = "Sqlite";
+  testing::TempDir dir;
+  Result<std::unique_ptr<Store>> make() {
+    auto store = SqliteStore::open(dir.file("corral.db"));
+    if (!store) return std::unexpected(store.error());
+    return std::unique_ptr<Store>(std::move(*store));
+  }
+};
+
+struct ImplName {
+  template <typename T>
+  static std::string GetName(int) {
+    return T::kName;
+  }
+};
+
+// ---- builders ----
+
+TimePoint at(std::int64_t ms) {
+  return from_millis(ms);
+}
+
+model::Allocation alloc(const std::string& node, std::vector<int> gpus, const std::string& addr, int port) {
+  return model::Allocation{{{node, std::move(gpus)}}, addr, port};
+}
+
+JobRecord pending(model::JobId id, const std::string& user = "ada") {
+  JobRecord job;
+  job.id = id;
+  job.user = user;
+  job.name = "job-" + std::to_string(id);
+  job.spec_yaml = "name: job-" + std::to_string(id) + "\n";
+  job.submitted_at = at(1'700'000'000'000 + id);
+  job.reason = "Resources";
+  return job;
+}
+
+JobRecord running(model::JobId id, model::Allocation allocation) {
+  JobRecord job = pending(id);
+  job.state = JobState::Running;
+  job.reason.clear();
+  job.started_at = at(1'700'000'100'000 + id);
+  job.allocation = std::move(allocation);
+  return job;
+}
+
+JobRecord ended(JobRecord job, JobState state) {
+  job.state = state;
+  job.ended_at = at(1'700'000'200'000 + job.id);
+  return job;
+}
+
+// Every field set, with text that would trip a careless encoder.
+JobRecord every_field(model::JobId id) {
+  JobRecord job;
+  job.id = id;
+  job.user = "grace";
+  job.name = "llama \"7b\" fine-tune — ünïcode";
+  job.spec_yaml = "name: x\nresources:\n  gpus: 8\ncommand: ['python', \"train.py\"]\n";
+  job.state = JobState::Failed;
+  job.reason = "rank 3 exited with 137";
+  job.attempt = 2;
+  job.submitted_at = at(1'712'345'678'901);
+  job.started_at = at(1'712'345'679'000);
+  job.ended_at = at(1'712'349'999'999);
+  job.allocation = model::Allocation{{{"gpu-a", {3, 1, 2, 0}}, {"gpu-b", {7}}}, "10.0.0.17", 29517};
+  job.nccl_id = std::string(256, 'a');
+  job.failed_rank = 3;
+  job.failed_node = "gpu-b";
+  job.exit_code = 137;
+  return job;
+}
+
+model::Node node(const std::string& name, int gpus) {
+  model::Node n;
+  n.name = name;
+  n.address = "10.0.0." + std::to_string(name.size());
+  n.state = model::NodeState::Up;
+  n.ports = {29500, 29599};
+  for (int i = 0; i < gpus; ++i) {
+    model::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + name + "-" + std::to_string(i);
+    g.pci_bus_id = "00000000:0" + std::to_string(i) + ":00.0";
+    g.cls = {"NVIDIA H100 80GB HBM3", 81559, "550.54.15"};
+    g.cuda = {12, 4};
+    if (i % 2 == 0 && i + 1 < gpus) g.nvlink_peers = {i + 1};
+    n.gpus.push_back(std::move(g));
+  }
+  return n;
+}
+
+template <typename... M>
+Change change(M&&... mutations) {
+  Change c;
+  (c.mutations.emplace_back(std::forward<M>(mutations)), ...);
+  return c;
+}
+
+JobEvent event(model::JobId job, std::int64_t ms, std::string text) {
+  return {job, at(ms), std::move(text)};
+}
+
+// ---- fixture ----
+
+template <typename Impl>
+class StoreContract : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = impl_.make();
+    ASSERT_TRUE(made.has_value()) << made.error().to_string();
+    store_ = std::move(*made);
+  }
+
+  void commit_ok(const Change& c) {
+    auto r = store_->commit(c);
+    ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  }
+  void insert(const JobRecord& job) { commit_ok(change(InsertJob{job})); }
+  void update(const JobRecord& job) { commit_ok(change(UpdateJob{job})); }
+
+  std::optional<JobRecord> read(model::JobId id) {
+    auto r = store_->job(id);
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    return r ? *r : std::nullopt;
+  }
+  std::vector<JobEvent> events_of(model::JobId id) {
+    auto r = store_->events(id);
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    return r ? *r : std::vector<JobEvent>{};
+  }
+  std::vector<model::JobId> ids(const JobQuery& q) {
+    auto r = store_->jobs(q);
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    std::vector<model::JobId> out;
+    if (r) {
+      for (const auto& j : *r) out.push_back(j.id);
+    }
+    return out;
+  }
+  Snapshot snapshot() {
+    auto r = store_->load();
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    return r ? *r : Snapshot{};
+  }
+
+  Impl impl_;
+  std::unique_ptr<Store> store_;
+};
+
+using Implementations = ::testing::Types<MemoryImpl, SqliteImpl>;
+TYPED_TEST_SUITE(StoreContract, Implementations, ImplName);
+
+// ---- jobs and events ----
+
+TYPED_TEST(StoreContract, InsertedJobReadsBackWithEveryField) {
+  JobRecord job = every_field(42);
+  this->insert(job);
+  EXPECT_EQ(this->read(42), job);
+}
+
+TYPED_TEST(StoreContract, JobWithoutOptionalFieldsReadsBackWithoutThem) {
+  JobRecord job = pending(7);
+  job.reason.clear();
+  job.spec_yaml.clear();
+  job.submitted_at = at(0);
+  this->insert(job);
+  auto back = this->read(7);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, job);
+  EXPECT_FALSE(back->started_at.has_value());
+  EXPECT_FALSE(back->ended_at.has_value());
+  EXPECT_FALSE(back->allocation.has_value());
+  EXPECT_FALSE(back->failed_rank.has_value());
+  EXPECT_FALSE(back->exit_code.has_value());
+}
+
+TYPED_TEST(StoreContract, TimestampsKeepMillisecondsIncludingBeforeTheEpoch) {
+  JobRecord job = pending(3);
+  job.submitted_at = at(-1);
+  job.started_at = at(1);
+  job.ended_at = at(253'402'300'799'999);  // 9999-12-31T23:59:59.999Z
+  this->insert(job);
+  EXPECT_EQ(this->read(3), job);
+}
+
+TYPED_TEST(StoreContract, UpdateReplacesEveryField) {
+  this->insert(pending(5));
+  JobRecord changed = every_field(5);
+  changed.state = JobState::Running;
+  this->update(changed);
+  EXPECT_EQ(this->read(5), changed);
+  JobRecord requeued = pending(5);
+  requeued.attempt = 3;
+  this->update(requeued);
+  EXPECT_EQ(this->read(5), requeued);
+}
+
+TYPED_TEST(StoreContract, UnknownJobReadsAsNothing) {
+  EXPECT_EQ(this->read(99), std::nullopt);
+  EXPECT_TRUE(this->events_of(99).empty());
+}
+
+TYPED_TEST(StoreContract, DuplicateInsertIsConflictAndKeepsTheFirst) {
+  this->insert(pending(1, "ada"));
+  auto r = this->store_->commit(change(InsertJob{pending(1, "bob")}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+  EXPECT_THAT(r.error().message(), HasSubstr("job 1 already exists"));
+  EXPECT_EQ(this->read(1)->user, "ada");
+}
+
+TYPED_TEST(StoreContract, InsertWithNonPositiveIdIsInvalidArgument) {
+  auto r = this->store_->commit(change(InsertJob{pending(0)}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::InvalidArgument);
+}
+
+TYPED_TEST(StoreContract, UpdatingAnUnknownJobIsNotFound) {
+  auto r = this->store_->commit(change(UpdateJob{pending(12)}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::NotFound);
+  EXPECT_THAT(r.error().message(), HasSubstr("job 12 does not exist"));
+  EXPECT_EQ(this->read(12), std::nullopt);
+}
+
+TYPED_TEST(StoreContract, EventsReadBackInAppendOrder) {
+  this->insert(pending(1));
+  this->insert(pending(2));
+  this->commit_ok(change(AppendEvent{event(1, 30, "submitted")}, AppendEvent{event(2, 10, "submitted")}));
+  // Out of timestamp order on purpose: the order is that of appending.
+  this->commit_ok(change(AppendEvent{event(1, 20, "PENDING -> STARTING on gpu-a")}));
+  this->commit_ok(change(AppendEvent{event(1, 40, "STARTING -> RUNNING")}));
+  EXPECT_EQ(this->events_of(1),
+            (std::vector<JobEvent>{event(1, 30, "submitted"), event(1, 20, "PENDING -> STARTING on gpu-a"),
+                                   event(1, 40, "STARTING -> RUNNING")}));
+  EXPECT_EQ(this->events_of(2), (std::vector<JobEvent>{event(2, 10, "submitted")}));
+}
+
+TYPED_TEST(StoreContract, EventForAnUnknownJobIsNotFound) {
+  auto r = this->store_->commit(change(AppendEvent{event(8, 1, "x")}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::NotFound);
+  EXPECT_TRUE(this->events_of(8).empty());
+}
+
+TYPED_TEST(StoreContract, JobsQueryIsOrderedByIdAndFiltersTerminalAndUser) {
+  this->insert(pending(4, "ada"));
+  this->insert(ended(pending(2, "bob"), JobState::Completed));
+  this->insert(pending(3, "bob"));
+  JobRecord starting = running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500));
+  starting.state = JobState::Starting;
+  starting.user = "ada";
+  this->insert(starting);
+  this->insert(ended(pending(5, "ada"), JobState::NodeFail));
+
+  EXPECT_EQ(this->ids({}), (std::vector<model::JobId>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(this->ids({.include_terminal = false, .user = std::nullopt}),
+            (std::vector<model::JobId>{1, 3, 4}));
+  EXPECT_EQ(this->ids({.user = "ada"}), (std::vector<model::JobId>{1, 4, 5}));
+  EXPECT_EQ(this->ids({.include_terminal = false, .user = "bob"}), (std::vector<model::JobId>{3}));
+  EXPECT_TRUE(this->ids({.user = "nobody"}).empty());
+}
+
+TYPED_TEST(StoreContract, JobsQueryReturnsWholeRecords) {
+  this->insert(every_field(9));
+  auto r = this->store_->jobs({});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, std::vector<JobRecord>{every_field(9)});
+}
+
+// ---- nodes and load ----
+
+TYPED_TEST(StoreContract, EmptyStoreLoadsEmpty) {
+  Snapshot snap = this->snapshot();
+  EXPECT_TRUE(snap.nodes.empty());
+  EXPECT_TRUE(snap.active_jobs.empty());
+  EXPECT_EQ(snap.max_job_id, 0);
+}
+
+TYPED_TEST(StoreContract, LoadReturnsNodesAndOnlyActiveJobs) {
+  model::Node b = node("gpu-b", 2);
+  b.simulated = true;
+  b.state = model::NodeState::Drained;
+  b.reason = "preflight: GPU 1 not visible";
+  this->commit_ok(change(UpsertNode{b}, UpsertNode{node("gpu-a", 8)}));
+  JobRecord run = running(2, alloc("gpu-a", {0, 1}, "10.0.0.5", 29500));
+  this->insert(pending(1));
+  this->insert(run);
+  this->insert(ended(pending(3), JobState::Cancelled));
+
+  Snapshot snap = this->snapshot();
+  EXPECT_EQ(snap.nodes, (std::vector<model::Node>{node("gpu-a", 8), b}));
+  EXPECT_EQ(snap.active_jobs, (std::vector<JobRecord>{pending(1), run}));
+}
+
+TYPED_TEST(StoreContract, MaxJobIdCountsTerminalJobsToo) {
+  this->insert(pending(4));
+  this->insert(ended(pending(17), JobState::Completed));
+  this->insert(ended(pending(11), JobState::Timeout));
+  EXPECT_EQ(this->snapshot().max_job_id, 17);
+}
+
+TYPED_TEST(StoreContract, UpsertNodeReplacesTheNode) {
+  this->commit_ok(change(UpsertNode{node("gpu-a", 8)}));
+  model::Node down = node("gpu-a", 4);
+  down.state = model::NodeState::Down;
+  down.reason = "no heartbeat for 10s";
+  down.address = "192.168.1.9";
+  down.ports = {40000, 40010};
+  this->commit_ok(change(UpsertNode{down}));
+  EXPECT_EQ(this->snapshot().nodes, std::vector<model::Node>{down});
+}
+
+// ---- GPU and port holds ----
+
+TYPED_TEST(StoreContract, SecondJobOnAHeldGpuIsConflictNamingTheGpu) {
+  this->insert(pending(1));
+  this->insert(pending(2));
+  this->update(running(1, alloc("gpu-a", {0, 1}, "10.0.0.1", 29500)));
+  JobRecord second = running(2, alloc("gpu-a", {1, 2}, "10.0.0.1", 29501));
+  auto r = this->store_->commit(change(UpdateJob{second}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+  EXPECT_THAT(r.error().message(), HasSubstr("GPU 1 on node gpu-a is held by job 1"));
+  EXPECT_EQ(this->read(2), pending(2));  // the failed update is not half-applied
+}
+
+TYPED_TEST(StoreContract, SecondJobOnAHeldHostPortIsConflictNamingThePort) {
+  this->insert(pending(1));
+  this->insert(pending(2));
+  this->update(running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500)));
+  auto r = this->store_->commit(change(UpdateJob{running(2, alloc("gpu-b", {0}, "10.0.0.1", 29500))}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+  EXPECT_THAT(r.error().message(), HasSubstr("port 29500 on host 10.0.0.1 is held by job 1"));
+  EXPECT_EQ(this->read(2), pending(2));
+  // The GPU the failed update would have taken is still free.
+  this->update(running(2, alloc("gpu-b", {0}, "10.0.0.1", 29501)));
+}
+
+TYPED_TEST(StoreContract, SamePortOnAnotherHostIsFree) {
+  this->insert(pending(1));
+  this->insert(pending(2));
+  this->update(running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500)));
+  this->update(running(2, alloc("gpu-b", {0}, "10.0.0.2", 29500)));
+}
+
+TYPED_TEST(StoreContract, InsertingARunningJobHoldsItsResources) {
+  this->insert(running(1, alloc("gpu-a", {3}, "10.0.0.1", 29500)));
+  auto r = this->store_->commit(change(InsertJob{running(2, alloc("gpu-a", {3}, "10.0.0.1", 29600))}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+  EXPECT_EQ(this->read(2), std::nullopt);
+}
+
+TYPED_TEST(StoreContract, TerminalStateReleasesGpusAndPorts) {
+  model::JobId id = 0;
+  // Each end state in turn frees the same GPUs and port for the next job.
+  JobRecord holder = running(++id, alloc("gpu-a", {0, 1}, "10.0.0.1", 29500));
+  this->insert(holder);
+  for (JobState end :
+       {JobState::Completed, JobState::Failed, JobState::Cancelled, JobState::Timeout, JobState::NodeFail}) {
+    SCOPED_TRACE(std::string(model::to_string(end)));
+    this->update(ended(holder, end));
+    // Kept after the end so `corral show` can say where it ran, yet held no more.
+    EXPECT_TRUE(this->read(holder.id)->allocation.has_value());
+    holder = running(++id, alloc("gpu-a", {1, 0}, "10.0.0.1", 29500));
+    this->insert(holder);
+  }
+}
+
+TYPED_TEST(StoreContract, RequeueToPendingReleasesGpusAndPorts) {
+  JobRecord first = running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500));
+  this->insert(first);
+  this->insert(pending(2));
+  JobRecord requeued = first;
+  requeued.state = JobState::Pending;
+  requeued.attempt = 1;
+  this->update(requeued);
+  this->update(running(2, alloc("gpu-a", {0}, "10.0.0.1", 29500)));
+}
+
+TYPED_TEST(StoreContract, NewAllocationReplacesTheOldHolds) {
+  JobRecord job = running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500));
+  job.state = JobState::Starting;
+  this->insert(job);
+  // PREPARE found the port busy: the coordinator moves the job to another port.
+  job.allocation->master_port = 29501;
+  this->update(job);
+  this->insert(running(2, alloc("gpu-b", {0}, "10.0.0.1", 29500)));
+  // Updating a job to the allocation it already holds is not a conflict with itself.
+  job.state = JobState::Running;
+  this->update(job);
+}
+
+TYPED_TEST(StoreContract, AllocationWithoutAMasterPortHoldsOnlyGpus) {
+  this->insert(running(1, alloc("gpu-a", {0}, "10.0.0.1", 0)));
+  this->insert(running(2, alloc("gpu-a", {1}, "10.0.0.1", 0)));
+  auto r = this->store_->commit(change(InsertJob{running(3, alloc("gpu-a", {1}, "10.0.0.1", 29500))}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_THAT(r.error().message(), HasSubstr("GPU 1 on node gpu-a is held by job 2"));
+}
+
+TYPED_TEST(StoreContract, RunningJobWithoutAllocationIsInvalidArgument) {
+  this->insert(pending(1));
+  JobRecord job = pending(1);
+  job.state = JobState::Starting;
+  auto r = this->store_->commit(change(UpdateJob{job}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::InvalidArgument);
+}
+
+TYPED_TEST(StoreContract, GpuListedTwiceInOneAllocationIsInvalidArgument) {
+  this->insert(pending(1));
+  auto r = this->store_->commit(change(UpdateJob{running(1, alloc("gpu-a", {2, 2}, "10.0.0.1", 29500))}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::InvalidArgument);
+  EXPECT_THAT(r.error().message(), HasSubstr("GPU 2 on node gpu-a appears twice"));
+}
+
+// ---- atomicity and batches ----
+
+TYPED_TEST(StoreContract, EmptyBatchReturnsNoResults) {
+  EXPECT_TRUE(this->store_->commit(std::span<const Change>()).empty());
+}
+
+TYPED_TEST(StoreContract, FailingChangeInABatchIsRolledBackAloneAndTheOthersApply) {
+  this->insert(running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500)));
+  this->insert(pending(2));
+  std::vector<Change> batch;
+  batch.push_back(change(InsertJob{pending(3)}, AppendEvent{event(3, 1, "submitted")}));
+  // Fails at its last mutation: its event and its upserted node must vanish with it.
+  batch.push_back(change(AppendEvent{event(2, 2, "PENDING -> RUNNING")}, UpsertNode{node("gpu-z", 1)},
+                         UpdateJob{running(2, alloc("gpu-a", {0}, "10.0.0.1", 29501))}));
+  batch.push_back(change(AppendEvent{event(1, 3, "still running")}));
+  batch.push_back(change(UpdateJob{pending(77)}));
+  batch.push_back(change(UpsertNode{node("gpu-a", 1)}));
+
+  auto results = this->store_->commit(batch);
+  ASSERT_EQ(results.size(), 5u);
+  EXPECT_TRUE(results[0].has_value());
+  ASSERT_FALSE(results[1].has_value());
+  EXPECT_EQ(results[1].error().code(), ErrorCode::Conflict);
+  EXPECT_TRUE(results[2].has_value());
+  ASSERT_FALSE(results[3].has_value());
+  EXPECT_EQ(results[3].error().code(), ErrorCode::NotFound);
+  EXPECT_TRUE(results[4].has_value());
+
+  EXPECT_EQ(this->read(3), pending(3));
+  EXPECT_EQ(this->events_of(3), std::vector<JobEvent>{event(3, 1, "submitted")});
+  EXPECT_EQ(this->read(2), pending(2));
+  EXPECT_TRUE(this->events_of(2).empty());
+  EXPECT_EQ(this->events_of(1), std::vector<JobEvent>{event(1, 3, "still running")});
+  EXPECT_EQ(this->snapshot().nodes, std::vector<model::Node>{node("gpu-a", 1)});
+}
+
+TYPED_TEST(StoreContract, FailingChangeUndoesItsEarlierInsertAndHolds) {
+  this->insert(running(1, alloc("gpu-a", {5}, "10.0.0.1", 29500)));
+  // Inserts a running job 2 (taking gpu-b:0), then collides on gpu-a:5 while inserting 3.
+  auto r = this->store_->commit(change(InsertJob{running(2, alloc("gpu-b", {0}, "10.0.0.2", 29500))},
+                                       AppendEvent{event(2, 1, "submitted")},
+                                       InsertJob{running(3, alloc("gpu-a", {4, 5}, "10.0.0.1", 29501))}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+  EXPECT_EQ(this->read(2), std::nullopt);
+  EXPECT_EQ(this->read(3), std::nullopt);
+  EXPECT_TRUE(this->events_of(2).empty());
+  EXPECT_EQ(this->snapshot().max_job_id, 1);
+  // gpu-b:0, gpu-a:4, and port 29501 were never kept.
+  this->insert(running(4, alloc("gpu-b", {0}, "10.0.0.2", 29500)));
+  this->insert(running(5, alloc("gpu-a", {4}, "10.0.0.1", 29501)));
+}
+
+TYPED_TEST(StoreContract, FailedUpdateKeepsTheJobsPreviousHolds) {
+  JobRecord one = running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500));
+  this->insert(one);
+  this->insert(running(2, alloc("gpu-a", {1}, "10.0.0.1", 29501)));
+  // Job 1 tries to move onto job 2's GPU: refused, and job 1 still holds GPU 0.
+  auto r = this->store_->commit(change(UpdateJob{running(1, alloc("gpu-a", {1}, "10.0.0.1", 29502))}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(this->read(1), one);
+  auto taken = this->store_->commit(change(InsertJob{running(3, alloc("gpu-a", {0}, "10.0.0.1", 29503))}));
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_THAT(taken.error().message(), HasSubstr("held by job 1"));
+}
+
+TYPED_TEST(StoreContract, LaterChangeInABatchSeesEarlierOnes) {
+  std::vector<Change> batch;
+  batch.push_back(change(InsertJob{pending(1)}));
+  batch.push_back(change(UpdateJob{running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500))}));
+  batch.push_back(change(InsertJob{running(2, alloc("gpu-a", {0}, "10.0.0.1", 29501))}));
+  auto results = this->store_->commit(batch);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].has_value());
+  EXPECT_TRUE(results[1].has_value());
+  ASSERT_FALSE(results[2].has_value());
+  EXPECT_EQ(results[2].error().code(), ErrorCode::Conflict);
+}
+
+}  // namespace
+}  // namespace corral::store
