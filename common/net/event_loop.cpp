@@ -1,0 +1,93 @@
+#include "common/net/event_loop.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <csignal>
+#include <optional>
+
+#include "common/net/asio_access.hpp"
+
+namespace corral::net {
+
+namespace asio = boost::asio;
+
+struct EventLoop::Impl {
+  asio::io_context io{1};
+  std::unique_ptr<asio::signal_set> signals;
+};
+
+EventLoop::EventLoop() : impl_(std::make_unique<Impl>()) {}
+EventLoop::~EventLoop() = default;
+
+void EventLoop::run() {
+  auto guard = asio::make_work_guard(impl_->io);
+  impl_->io.run();
+}
+
+std::size_t EventLoop::poll() {
+  if (impl_->io.stopped()) impl_->io.restart();
+  return impl_->io.poll();
+}
+
+void EventLoop::stop() { impl_->io.stop(); }
+bool EventLoop::stopped() const { return impl_->io.stopped(); }
+void EventLoop::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+void* EventLoop::native() { return &impl_->io; }
+
+void EventLoop::on_shutdown_signal(std::function<void(int)> fn) {
+  impl_->signals = std::make_unique<asio::signal_set>(impl_->io, SIGINT, SIGTERM);
+  auto* signals = impl_->signals.get();
+  auto handler = std::make_shared<std::function<void(const boost::system::error_code&, int)>>();
+  *handler = [signals, fn = std::move(fn), handler](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    fn(sig);
+    signals->async_wait(*handler);
+  };
+  signals->async_wait(*handler);
+}
+
+struct Timer::Impl {
+  explicit Impl(asio::io_context& io) : timer(io) {}
+  asio::steady_timer timer;
+  std::uint64_t generation = 0;
+};
+
+namespace {
+
+void arm(const std::shared_ptr<Timer::Impl>& impl, Duration delay, std::optional<Duration> period,
+         std::shared_ptr<std::function<void()>> fn) {
+  std::uint64_t gen = impl->generation;
+  impl->timer.expires_after(delay);
+  std::weak_ptr<Timer::Impl> weak = impl;
+  impl->timer.async_wait([weak, gen, period, fn](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->generation != gen) return;
+    // Re-arm before calling: fn may cancel or restart the timer.
+    if (period) arm(self, *period, period, fn);
+    (*fn)();
+  });
+}
+
+}  // namespace
+
+Timer::Timer(EventLoop& loop) : impl_(std::make_shared<Impl>(io_of(loop))) {}
+Timer::~Timer() { cancel(); }
+
+void Timer::cancel() {
+  ++impl_->generation;
+  impl_->timer.cancel();
+}
+
+void Timer::start(Duration delay, std::function<void()> fn) {
+  cancel();
+  arm(impl_, delay, std::nullopt, std::make_shared<std::function<void()>>(std::move(fn)));
+}
+
+void Timer::start_repeating(Duration period, std::function<void()> fn) {
+  cancel();
+  arm(impl_, period, period, std::make_shared<std::function<void()>>(std::move(fn)));
+}
+
+}  // namespace corral::net

@@ -1,0 +1,139 @@
+#include "common/net/http_client.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <optional>
+
+#include "common/net/tls_util.hpp"
+
+namespace corral::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+
+struct HttpClient::Impl {
+  asio::io_context io{1};
+  std::shared_ptr<ssl::context> tls;
+  Url url;
+  Duration timeout;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> stream;
+  beast::flat_buffer buffer;
+
+  // Runs the io_context until the operation finished; the stream's expiry bounds it.
+  void run() {
+    io.restart();
+    io.run();
+  }
+
+  Result<void> connect() {
+    stream.reset();
+    buffer.clear();
+    stream.emplace(io, *tls);
+    if (!set_sni(stream->native_handle(), url.host)) {
+      return make_error(ErrorCode::Internal, "cannot set TLS server name");
+    }
+    // Verify the certificate names this host (DNS name or IP address SAN).
+    stream->set_verify_callback(ssl::host_name_verification(url.host));
+    tcp::resolver resolver(io);
+    boost::system::error_code ec;
+    auto endpoints = resolver.resolve(url.host, std::to_string(url.port), ec);
+    if (ec) return make_error(ErrorCode::Unavailable, "cannot resolve " + url.host + ": " + ec.message());
+    beast::get_lowest_layer(*stream).expires_after(timeout);
+    beast::get_lowest_layer(*stream).async_connect(endpoints, [&ec](beast::error_code e, const tcp::endpoint&) { ec = e; });
+    run();
+    if (ec) {
+      return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
+                        "cannot connect to " + url.host + ":" + std::to_string(url.port) + ": " + ec.message());
+    }
+    stream->async_handshake(ssl::stream_base::client, [&ec](beast::error_code e) { ec = e; });
+    run();
+    if (ec) {
+      return make_error(ErrorCode::Unavailable, "TLS handshake with " + url.host + ":" + std::to_string(url.port) +
+                                                    " failed: " + ec.message());
+    }
+    return {};
+  }
+
+  Result<HttpResponse> exchange(http::request<http::string_body>& req, bool& retryable) {
+    boost::system::error_code ec;
+    beast::get_lowest_layer(*stream).expires_after(timeout);
+    http::async_write(*stream, req, [&ec](beast::error_code e, std::size_t) { ec = e; });
+    run();
+    if (ec) {
+      retryable = true;
+      return make_error(ErrorCode::Unavailable, "cannot send request: " + ec.message());
+    }
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(256 * 1024 * 1024);
+    std::size_t got = 0;
+    http::async_read(*stream, buffer, parser, [&ec, &got](beast::error_code e, std::size_t n) {
+      ec = e;
+      got = n;
+    });
+    run();
+    if (ec) {
+      // A kept-alive connection the server closed fails on the first read: try once more.
+      retryable = got == 0 && ec != beast::error::timeout;
+      return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
+                        "no response: " + ec.message());
+    }
+    auto res = parser.release();
+    HttpResponse out;
+    out.status = static_cast<int>(res.result_int());
+    out.content_type = std::string(res[http::field::content_type]);
+    out.body = std::move(res.body());
+    for (const auto& field : res) out.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    if (!res.keep_alive()) stream.reset();
+    return out;
+  }
+};
+
+HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpClient::~HttpClient() = default;
+
+Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, ClientTls tls, Duration timeout) {
+  auto parsed = parse_https_url(url);
+  if (!parsed) return make_error(ErrorCode::InvalidArgument, "not an https://host:port URL: " + url);
+  auto ctx = make_client_tls(tls.ca, tls.cert, tls.key);
+  if (!ctx) return std::unexpected(ctx.error());
+  auto impl = std::make_unique<Impl>();
+  impl->tls = *ctx;
+  impl->url = *parsed;
+  impl->timeout = timeout;
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
+}
+
+Result<HttpResponse> HttpClient::request(const std::string& method, const std::string& target,
+                                         const std::string& body,
+                                         const std::vector<std::pair<std::string, std::string>>& headers) {
+  http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+  req.set(http::field::host, impl_->url.host + ":" + std::to_string(impl_->url.port));
+  req.set(http::field::user_agent, "corral");
+  for (const auto& [name, value] : headers) req.set(name, value);
+  if (!body.empty()) req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.keep_alive(true);
+  req.prepare_payload();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool reused = impl_->stream.has_value();
+    if (!reused) {
+      if (auto c = impl_->connect(); !c) return std::unexpected(c.error());
+    }
+    bool retryable = false;
+    auto res = impl_->exchange(req, retryable);
+    if (res) return res;
+    impl_->stream.reset();
+    if (!(reused && retryable)) return res;
+  }
+  return make_error(ErrorCode::Unavailable, "request failed");
+}
+
+}  // namespace corral::net

@@ -1,0 +1,40 @@
+#pragma once
+// HttpClient: a blocking HTTPS client on one keep-alive connection, for the CLI and
+// benchmarks. Not thread-safe; one per thread. Owns its own I/O context.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+#include "common/net/http_types.hpp"
+
+namespace corral::net {
+
+struct ClientTls {
+  std::string ca;    // verifies the server
+  std::string cert;  // optional client certificate
+  std::string key;
+};
+
+class HttpClient {
+ public:
+  // Unavailable when the URL is not https://host:port.
+  static Result<std::unique_ptr<HttpClient>> create(const std::string& url, ClientTls tls,
+                                                    Duration timeout = std::chrono::seconds(30));
+  ~HttpClient();
+
+  // One request; reconnects once if the kept-alive connection was closed. Unavailable
+  // when the server cannot be reached or the TLS handshake fails; Timeout past the limit.
+  Result<HttpResponse> request(const std::string& method, const std::string& target, const std::string& body = {},
+                               const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+ private:
+  struct Impl;
+  explicit HttpClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace corral::net

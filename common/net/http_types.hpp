@@ -1,0 +1,50 @@
+#pragma once
+// Plain HTTP request/response values handed between common/net and the application.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace corral::net {
+
+struct HttpRequest {
+  std::string method;                          // "GET"
+  std::string target;                          // "/v1/jobs?all=1"
+  std::string path;                            // "/v1/jobs", percent-decoded
+  std::map<std::string, std::string> query;    // decoded
+  std::map<std::string, std::string> headers;  // lowercase names
+  std::string body;
+  std::string peer_cn;                         // CN of a client certificate the CA verified, else empty
+  std::string remote;                          // "127.0.0.1:51234"
+
+  std::string header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// Splits "/a/b?x=1&y=%20" into a decoded path and query map. False on bad escapes.
+bool parse_target(const std::string& target, std::string& path, std::map<std::string, std::string>& query);
+std::string percent_encode(const std::string& text);
+
+}  // namespace corral::net
+
+namespace corral::net {
+
+struct Url {
+  std::string host;
+  int port = 443;
+};
+// "https://host:port" (a trailing slash is allowed). Only https.
+std::optional<Url> parse_https_url(const std::string& url);
+
+}  // namespace corral::net

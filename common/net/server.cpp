@@ -1,0 +1,382 @@
+#include "common/net/server.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <deque>
+#include <set>
+
+#include "common/net/asio_access.hpp"
+#include "common/net/tls_util.hpp"
+
+namespace corral::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// Anything the server must be able to close at stop().
+struct Closable {
+  virtual ~Closable() = default;
+  virtual void force_close() = 0;
+};
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  Impl(asio::io_context& io_context, ServerOptions opts, ServerHandler& h)
+      : io(io_context), acceptor(io_context), options(std::move(opts)), handler(h) {}
+
+  void accept();
+
+  asio::io_context& io;
+  tcp::acceptor acceptor;
+  std::shared_ptr<ssl::context> tls;
+  ServerOptions options;
+  ServerHandler& handler;
+  std::size_t live = 0;
+  bool stopped = false;
+  // Every live session, to close at stop(); expired entries are swept as it grows.
+  std::set<std::weak_ptr<Closable>, std::owner_less<std::weak_ptr<Closable>>> sessions;
+  std::size_t sweep_at = 64;
+
+  void track(const std::shared_ptr<Closable>& session) {
+    sessions.insert(session);
+    if (sessions.size() >= sweep_at) {
+      std::erase_if(sessions, [](const auto& w) { return w.expired(); });
+      sweep_at = std::max<std::size_t>(64, 2 * sessions.size());
+    }
+  }
+};
+
+namespace {
+
+std::string endpoint_text(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+HttpRequest to_request(const http::request<http::string_body>& req, const std::string& peer_cn,
+                       const std::string& remote) {
+  HttpRequest out;
+  out.method = std::string(req.method_string());
+  out.target = std::string(req.target());
+  out.body = req.body();
+  out.peer_cn = peer_cn;
+  out.remote = remote;
+  for (const auto& field : req) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers[name] = std::string(field.value());
+  }
+  if (!parse_target(out.target, out.path, out.query)) out.path.clear();
+  return out;
+}
+
+std::string json_error(const std::string& message) {
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') {
+      escaped += '\\';
+      escaped += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      escaped += ' ';
+    } else {
+      escaped += c;
+    }
+  }
+  return "{\"error\":\"" + escaped + "\"}";
+}
+
+// ---------------------------------------------------------------- WebSocket
+
+class WsSession final : public WsConnection, public Closable, public std::enable_shared_from_this<WsSession> {
+ public:
+  WsSession(std::shared_ptr<Server::Impl> server, TlsStream&& stream, std::string peer_cn, std::string remote)
+      : server_(std::move(server)), ws_(std::move(stream)), peer_cn_(std::move(peer_cn)), remote_(std::move(remote)) {
+    ++server_->live;
+  }
+  ~WsSession() override { --server_->live; }
+
+  void run(http::request<http::string_body> req) {
+    beast::get_lowest_layer(ws_).expires_never();
+    websocket::stream_base::timeout timeout;
+    timeout.handshake_timeout = server_->options.handshake_timeout;
+    timeout.idle_timeout = server_->options.ws_idle_timeout;
+    timeout.keep_alive_pings = true;
+    ws_.set_option(timeout);
+    ws_.read_message_max(server_->options.max_ws_message_bytes);
+    ws_.text(true);
+    auto self = shared_from_this();
+    ws_.async_accept(req, [self](beast::error_code ec) {
+      if (ec) return self->finish();
+      self->open_ = true;
+      self->server_->handler.on_ws_open(self);
+      self->read();
+    });
+  }
+
+  void send(std::string text) override {
+    if (!open_) return;
+    queued_bytes_ += text.size();
+    if (queued_bytes_ > server_->options.max_ws_queue_bytes) {
+      close("send queue full");
+      return;
+    }
+    queue_.push_back(std::move(text));
+    if (queue_.size() == 1) write();
+  }
+
+  void close(const std::string& reason) override {
+    if (!open_) return;
+    open_ = false;
+    closing_ = true;
+    auto self = shared_from_this();
+    websocket::close_reason cr(websocket::close_code::normal, reason.substr(0, 120));
+    ws_.async_close(cr, [self](beast::error_code) { self->finish(); });
+  }
+
+  bool open() const override { return open_; }
+  const std::string& peer_cn() const override { return peer_cn_; }
+  const std::string& remote() const override { return remote_; }
+
+  void force_close() override {
+    open_ = false;
+    boost::system::error_code ec;
+    beast::get_lowest_layer(ws_).socket().close(ec);
+  }
+
+ private:
+  void read() {
+    auto self = shared_from_this();
+    ws_.async_read(buffer_, [self](beast::error_code ec, std::size_t) {
+      if (ec) return self->finish();
+      std::string text = beast::buffers_to_string(self->buffer_.data());
+      self->buffer_.consume(self->buffer_.size());
+      if (self->open_) self->server_->handler.on_ws_message(self, std::move(text));
+      if (self->open_) self->read();
+    });
+  }
+
+  void write() {
+    auto self = shared_from_this();
+    ws_.async_write(asio::buffer(queue_.front()), [self](beast::error_code ec, std::size_t) {
+      if (ec) return self->finish();
+      self->queued_bytes_ -= self->queue_.front().size();
+      self->queue_.pop_front();
+      if (!self->queue_.empty() && !self->closing_) self->write();
+    });
+  }
+
+  // Called once the connection is over, whichever way it ended.
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
+    open_ = false;
+    queue_.clear();
+    server_->handler.on_ws_close(shared_from_this());
+  }
+
+  std::shared_ptr<Server::Impl> server_;
+  websocket::stream<TlsStream> ws_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;
+  std::string peer_cn_;
+  std::string remote_;
+  bool open_ = false;
+  bool closing_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- HTTP
+
+class Session : public Closable, public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
+      : server_(std::move(server)), remote_(endpoint_text(socket)), stream_(std::move(socket), *server_->tls) {
+    ++server_->live;
+  }
+  ~Session() override { --server_->live; }
+
+  void run() {
+    auto self = shared_from_this();
+    beast::get_lowest_layer(stream_).expires_after(server_->options.handshake_timeout);
+    stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+      if (ec) return;  // a failed handshake (wrong CA, not TLS) just drops the connection
+      self->peer_cn_ = verified_peer_cn(self->stream_.native_handle());
+      self->read();
+    });
+  }
+
+  void force_close() override {
+    boost::system::error_code ec;
+    beast::get_lowest_layer(stream_).socket().close(ec);
+  }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(server_->options.max_header_bytes));
+    parser_->body_limit(server_->options.max_body_bytes);
+    beast::get_lowest_layer(stream_).expires_after(first_request_ ? server_->options.io_timeout
+                                                                  : server_->options.idle_timeout);
+    first_request_ = false;
+    auto self = shared_from_this();
+    http::async_read(stream_, buffer_, *parser_, [self](beast::error_code ec, std::size_t) {
+      if (ec == http::error::end_of_stream) return self->shutdown();
+      if (ec == http::error::body_limit || ec == http::error::header_limit) {
+        HttpResponse res{413, "application/json", json_error("request too large"), {}};
+        self->keep_alive_ = false;
+        return self->write(std::move(res), 11);
+      }
+      if (ec) {
+        if (ec == beast::error::timeout || ec == asio::error::operation_aborted || ec == asio::error::eof ||
+            ec == ssl::error::stream_truncated) {
+          return;
+        }
+        // A malformed request gets an answer and the connection is closed.
+        HttpResponse res{400, "application/json", json_error("bad request: " + ec.message()), {}};
+        self->keep_alive_ = false;
+        return self->write(std::move(res), 11);
+      }
+      self->dispatch(self->parser_->release());
+    });
+  }
+
+  void dispatch(http::request<http::string_body> req) {
+    HttpRequest request = to_request(req, peer_cn_, remote_);
+    keep_alive_ = req.keep_alive();
+    unsigned version = req.version();
+    if (request.path.empty()) {
+      keep_alive_ = false;
+      return write({400, "application/json", json_error("bad request target"), {}}, version);
+    }
+    if (websocket::is_upgrade(req)) {
+      if (request.path != server_->options.ws_path) {
+        keep_alive_ = false;
+        return write({404, "application/json", json_error("no WebSocket endpoint at " + request.path), {}}, version);
+      }
+      auto ok = server_->handler.accept_ws(request);
+      if (!ok) {
+        int status = ok.error().code() == ErrorCode::Unauthenticated ? 401 : 403;
+        keep_alive_ = false;
+        return write({status, "application/json", json_error(ok.error().message()), {}}, version);
+      }
+      auto ws = std::make_shared<WsSession>(server_, std::move(stream_), peer_cn_, remote_);
+      server_->track(ws);
+      ws->run(std::move(req));
+      return;
+    }
+    auto self = shared_from_this();
+    auto responded = std::make_shared<bool>(false);
+    server_->handler.on_http(request, [self, responded, version](HttpResponse res) {
+      if (*responded) return;
+      *responded = true;
+      self->write(std::move(res), version);
+    });
+  }
+
+  void write(HttpResponse res, unsigned version) {
+    auto msg = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(res.status), version);
+    msg->set(http::field::server, "corral");
+    msg->set(http::field::content_type, res.content_type);
+    for (auto& [name, value] : res.headers) msg->set(name, value);
+    msg->body() = std::move(res.body);
+    msg->keep_alive(keep_alive_);
+    msg->prepare_payload();
+    beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
+    auto self = shared_from_this();
+    http::async_write(stream_, *msg, [self, msg](beast::error_code ec, std::size_t) {
+      if (ec) return;
+      if (!self->keep_alive_) return self->shutdown();
+      self->read();
+    });
+  }
+
+  void shutdown() {
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(5));
+    auto self = shared_from_this();
+    stream_.async_shutdown([self](beast::error_code) {});
+  }
+
+  std::shared_ptr<Server::Impl> server_;
+  std::string remote_;
+  TlsStream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string peer_cn_;
+  bool keep_alive_ = true;
+  bool first_request_ = true;
+};
+
+void Server::Impl::accept() {
+  auto self = shared_from_this();
+  acceptor.async_accept([self](beast::error_code ec, tcp::socket socket) {
+    if (ec || self->stopped) return;
+    if (self->live >= self->options.max_connections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // over the limit: refuse rather than grow without bound
+    } else {
+      auto session = std::make_shared<Session>(self, std::move(socket));
+      self->track(session);
+      session->run();
+    }
+    self->accept();
+  });
+}
+
+Server::Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { stop(); }
+
+Result<std::unique_ptr<Server>> Server::start(EventLoop& loop, ServerOptions options, ServerHandler& handler) {
+  auto impl = std::make_shared<Impl>(io_of(loop), std::move(options), handler);
+  auto tls = make_server_tls(impl->options.tls.ca, impl->options.tls.cert, impl->options.tls.key);
+  if (!tls) return std::unexpected(tls.error());
+  impl->tls = *tls;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(impl->options.host, ec);
+  if (ec) return make_error(ErrorCode::InvalidArgument, "invalid listen address " + impl->options.host);
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(impl->options.port));
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return make_error(ErrorCode::Unavailable, "cannot listen on " + impl->options.host + ":" +
+                                                  std::to_string(impl->options.port) + ": " + ec.message());
+  }
+  impl->accept();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+int Server::port() const {
+  boost::system::error_code ec;
+  auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+std::size_t Server::connections() const { return impl_->live; }
+
+void Server::stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+  for (const auto& weak : impl_->sessions) {
+    if (auto s = weak.lock()) s->force_close();
+  }
+  impl_->sessions.clear();
+}
+
+}  // namespace corral::net

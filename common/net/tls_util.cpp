@@ -1,0 +1,76 @@
+#include "common/net/tls_util.hpp"
+
+#include <boost/asio/ssl.hpp>
+
+namespace corral::net {
+
+namespace ssl = boost::asio::ssl;
+
+namespace {
+constexpr auto kOptions = ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                          ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use;
+}
+
+Result<std::shared_ptr<ssl::context>> make_server_tls(const std::string& ca, const std::string& cert,
+                                                      const std::string& key) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  boost::system::error_code ec;
+  ctx->set_options(kOptions, ec);
+  if (ctx->use_certificate_chain_file(cert, ec); ec) {
+    return make_error(ErrorCode::InvalidArgument, "cannot load certificate " + cert + ": " + ec.message());
+  }
+  if (ctx->use_private_key_file(key, ssl::context::pem, ec); ec) {
+    return make_error(ErrorCode::InvalidArgument, "cannot load key " + key + ": " + ec.message());
+  }
+  if (!ca.empty()) {
+    if (ctx->load_verify_file(ca, ec); ec) {
+      return make_error(ErrorCode::InvalidArgument, "cannot load CA " + ca + ": " + ec.message());
+    }
+    // Ask for a client certificate; people's clients have none and that is fine, but a
+    // certificate that does not verify fails the handshake.
+    ctx->set_verify_mode(ssl::verify_peer, ec);
+    // Session resumption would need a session id context once verification is on.
+    static const unsigned char kSid[] = "corral";
+    SSL_CTX_set_session_id_context(ctx->native_handle(), kSid, sizeof(kSid) - 1);
+  }
+  return ctx;
+}
+
+Result<std::shared_ptr<ssl::context>> make_client_tls(const std::string& ca, const std::string& cert,
+                                                      const std::string& key) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
+  boost::system::error_code ec;
+  ctx->set_options(kOptions, ec);
+  if (ca.empty()) return make_error(ErrorCode::InvalidArgument, "no CA file given to verify the coordinator");
+  if (ctx->load_verify_file(ca, ec); ec) {
+    return make_error(ErrorCode::InvalidArgument, "cannot load CA " + ca + ": " + ec.message());
+  }
+  ctx->set_verify_mode(ssl::verify_peer, ec);
+  if (!cert.empty()) {
+    if (ctx->use_certificate_chain_file(cert, ec); ec) {
+      return make_error(ErrorCode::InvalidArgument, "cannot load certificate " + cert + ": " + ec.message());
+    }
+    if (ctx->use_private_key_file(key, ssl::context::pem, ec); ec) {
+      return make_error(ErrorCode::InvalidArgument, "cannot load key " + key + ": " + ec.message());
+    }
+  }
+  return ctx;
+}
+
+bool set_sni(SSL* ssl, const std::string& host) {
+  // SSL_set_tlsext_host_name is a macro with a C cast; this is what it expands to.
+  return SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(host.c_str())) == 1;
+}
+
+std::string verified_peer_cn(SSL* ssl) {
+  if (SSL_get_verify_result(ssl) != X509_V_OK) return {};
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  if (cert == nullptr) return {};
+  char buf[256] = {};
+  int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, sizeof(buf));
+  X509_free(cert);
+  if (n <= 0) return {};
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace corral::net

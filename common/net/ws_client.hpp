@@ -1,0 +1,51 @@
+#pragma once
+// WsClient: one outgoing WebSocket over TLS with a client certificate (the agent's link
+// to the coordinator). Runs on an EventLoop; callbacks come on its thread. One write in
+// flight, a bounded queue, pings to notice a dead peer.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/core/time.hpp"
+#include "common/net/event_loop.hpp"
+#include "common/net/http_client.hpp"
+
+namespace corral::net {
+
+struct WsClientOptions {
+  std::string url;                                     // https://host:port
+  std::string path = "/v1/agent";
+  ClientTls tls;
+  Duration connect_timeout = std::chrono::seconds(10);
+  Duration idle_timeout = std::chrono::seconds(15);    // no frame and no pong: the link is dead
+  std::size_t max_message_bytes = 64 * 1024 * 1024;
+  std::size_t max_queue_bytes = 256 * 1024 * 1024;
+};
+
+class WsClient {
+ public:
+  struct Handlers {
+    std::function<void()> on_open;
+    std::function<void(std::string)> on_message;
+    // Called once per connect() that does not end in on_open, or when an open link ends.
+    std::function<void(std::string reason)> on_close;
+  };
+
+  WsClient(EventLoop& loop, WsClientOptions options, Handlers handlers);
+  ~WsClient();
+  WsClient(const WsClient&) = delete;
+  WsClient& operator=(const WsClient&) = delete;
+
+  void connect();
+  bool open() const;
+  // Dropped when not open.
+  void send(std::string text);
+  void close();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace corral::net

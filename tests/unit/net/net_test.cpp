@@ -1,0 +1,236 @@
+// common/net over real TLS on 127.0.0.1: HTTP, WebSocket with client certificates, and
+// what a hostile or broken peer does to the server.
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+#include "common/net/http_client.hpp"
+#include "common/net/pki.hpp"
+#include "common/net/server.hpp"
+#include "common/net/ws_client.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace corral::net {
+namespace {
+
+using namespace std::chrono_literals;
+
+class EchoHandler : public ServerHandler {
+ public:
+  void on_http(const HttpRequest& req, std::function<void(HttpResponse)> respond) override {
+    last = req;
+    if (req.path == "/later") {
+      // Answer from a later turn of the loop, as group commit does.
+      pending.push_back(std::move(respond));
+      pending_arrived.set_value();
+      return;
+    }
+    respond({200, "text/plain", req.method + " " + req.path + " " + req.body + " cn=" + req.peer_cn, {}});
+  }
+  Result<void> accept_ws(const HttpRequest& req) override {
+    if (req.peer_cn.empty()) return make_error(ErrorCode::Unauthenticated, "client certificate required");
+    return {};
+  }
+  void on_ws_open(const std::shared_ptr<WsConnection>& c) override { opened.push_back(c->peer_cn()); }
+  void on_ws_message(const std::shared_ptr<WsConnection>& c, std::string text) override {
+    c->send("echo:" + text + ":" + c->peer_cn());
+  }
+  void on_ws_close(const std::shared_ptr<WsConnection>&) override { ++closed; }
+
+  HttpRequest last;
+  std::vector<std::function<void(HttpResponse)>> pending;
+  std::promise<void> pending_arrived;
+  std::vector<std::string> opened;
+  int closed = 0;
+};
+
+class NetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(create_ca(dir_.file("ca.pem"), dir_.file("ca.key"), "corral test CA").has_value());
+    ASSERT_TRUE(issue_certificate(dir_.file("ca.pem"), dir_.file("ca.key"), dir_.file("server.pem"),
+                                  dir_.file("server.key"), {"coordinator", {"127.0.0.1", "localhost"}, true, false})
+                    .has_value());
+    ASSERT_TRUE(issue_certificate(dir_.file("ca.pem"), dir_.file("ca.key"), dir_.file("agent.pem"),
+                                  dir_.file("agent.key"), {"gpu-a", {}, false, true})
+                    .has_value());
+    ServerOptions opts;
+    opts.host = "127.0.0.1";
+    opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
+    opts.max_body_bytes = 1024;
+    auto server = Server::start(loop_, opts, handler_);
+    ASSERT_TRUE(server.has_value()) << server.error().message();
+    server_ = std::move(*server);
+    url_ = "https://127.0.0.1:" + std::to_string(server_->port());
+    thread_ = std::thread([this] { loop_.run(); });
+  }
+  void TearDown() override {
+    loop_.post([this] { server_->stop(); loop_.stop(); });
+    if (thread_.joinable()) thread_.join();
+  }
+  std::unique_ptr<HttpClient> client(ClientTls tls) {
+    auto c = HttpClient::create(url_, std::move(tls), 5s);
+    EXPECT_TRUE(c.has_value());
+    return std::move(*c);
+  }
+
+  testing::TempDir dir_;
+  EventLoop loop_;
+  EchoHandler handler_;
+  std::unique_ptr<Server> server_;
+  std::string url_;
+  std::thread thread_;
+};
+
+TEST_F(NetTest, ServesHttpOverTlsWithKeepAlive) {
+  auto c = client({dir_.file("ca.pem"), "", ""});
+  for (int i = 0; i < 3; ++i) {
+    auto r = c->request("POST", "/v1/x%20y?a=1", "body");
+    ASSERT_TRUE(r.has_value()) << r.error().message();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "POST /v1/x y body cn=");
+  }
+}
+
+TEST_F(NetTest, ClientCertificateCnReachesTheHandler) {
+  auto c = client({dir_.file("ca.pem"), dir_.file("agent.pem"), dir_.file("agent.key")});
+  auto r = c->request("GET", "/whoami");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->body, "GET /whoami  cn=gpu-a");
+}
+
+TEST_F(NetTest, RespondingLaterStillAnswers) {
+  auto c = client({dir_.file("ca.pem"), "", ""});
+  std::thread later([this] {
+    handler_.pending_arrived.get_future().wait();
+    loop_.post([this] { handler_.pending.front()({202, "text/plain", "done", {}}); });
+  });
+  auto r = c->request("GET", "/later");
+  later.join();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 202);
+}
+
+TEST_F(NetTest, RefusesAServerCertificateFromAnotherCa) {
+  ASSERT_TRUE(create_ca(dir_.file("other.pem"), dir_.file("other.key"), "someone else").has_value());
+  auto c = client({dir_.file("other.pem"), "", ""});
+  auto r = c->request("GET", "/");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Unavailable);
+}
+
+TEST_F(NetTest, RefusesAClientCertificateFromAnotherCa) {
+  ASSERT_TRUE(create_ca(dir_.file("other.pem"), dir_.file("other.key"), "someone else").has_value());
+  ASSERT_TRUE(issue_certificate(dir_.file("other.pem"), dir_.file("other.key"), dir_.file("rogue.pem"),
+                                dir_.file("rogue.key"), {"gpu-a", {}, false, true})
+                  .has_value());
+  auto c = client({dir_.file("ca.pem"), dir_.file("rogue.pem"), dir_.file("rogue.key")});
+  EXPECT_FALSE(c->request("GET", "/").has_value());
+  // And the server still serves others.
+  auto ok = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(NetTest, OversizedBodyIs413AndTheServerKeepsServing) {
+  auto c = client({dir_.file("ca.pem"), "", ""});
+  auto r = c->request("POST", "/", std::string(4096, 'x'));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 413);
+  auto again = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->status, 200);
+}
+
+TEST_F(NetTest, PlainTextGarbageIsDroppedAndTheServerKeepsServing) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+  ASSERT_GT(::write(fd, junk, sizeof(junk)), 0);
+  char buf[64];
+  // The server ends the connection: read returns 0 or an error, not a hang.
+  EXPECT_LE(::read(fd, buf, sizeof(buf)), 0);
+  ::close(fd);
+  auto ok = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
+  ASSERT_TRUE(ok.has_value());
+}
+
+TEST_F(NetTest, WebSocketNeedsAClientCertificateAndEchoesWithIt) {
+  // Without a certificate: refused with 401.
+  auto refused = client({dir_.file("ca.pem"), "", ""})
+                     ->request("GET", "/v1/agent", "",
+                               {{"Connection", "Upgrade"},
+                                {"Upgrade", "websocket"},
+                                {"Sec-WebSocket-Version", "13"},
+                                {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}});
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 401);
+
+  EventLoop client_loop;
+  std::vector<std::string> got;
+  std::string closed_reason;
+  WsClientOptions opts;
+  opts.url = url_;
+  opts.tls = {dir_.file("ca.pem"), dir_.file("agent.pem"), dir_.file("agent.key")};
+  WsClient* ws_ptr = nullptr;
+  WsClient ws(client_loop, opts,
+              {[&] { ws_ptr->send("hello"); },
+               [&](std::string m) {
+                 got.push_back(std::move(m));
+                 ws_ptr->close();
+                 client_loop.stop();
+               },
+               [&](std::string reason) {
+                 closed_reason = std::move(reason);
+                 client_loop.stop();
+               }});
+  ws_ptr = &ws;
+  ws.connect();
+  client_loop.run();
+  ASSERT_EQ(got.size(), 1u) << closed_reason;
+  EXPECT_EQ(got[0], "echo:hello:gpu-a");
+}
+
+TEST(HttpTypes, ParsesTargetsAndUrls) {
+  std::string path;
+  std::map<std::string, std::string> q;
+  ASSERT_TRUE(parse_target("/v1/jobs?all=1&user=al%20ice", path, q));
+  EXPECT_EQ(path, "/v1/jobs");
+  EXPECT_EQ(q["all"], "1");
+  EXPECT_EQ(q["user"], "al ice");
+  EXPECT_FALSE(parse_target("/bad%zz", path, q));
+  EXPECT_EQ(parse_https_url("https://10.0.0.1:7433")->port, 7433);
+  EXPECT_EQ(parse_https_url("https://[::1]:7433/")->host, "::1");
+  EXPECT_FALSE(parse_https_url("http://x:1").has_value());
+  EXPECT_FALSE(parse_https_url("https://x:99999").has_value());
+}
+
+TEST(Pki, TokensAreRandomAndHashesStable) {
+  EXPECT_NE(random_token(), random_token());
+  EXPECT_EQ(random_token().size(), 64u);
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Pki, AgentCertificateCarriesTheNodeName) {
+  testing::TempDir dir;
+  ASSERT_TRUE(create_ca(dir.file("ca.pem"), dir.file("ca.key"), "ca").has_value());
+  ASSERT_TRUE(issue_certificate(dir.file("ca.pem"), dir.file("ca.key"), dir.file("n.pem"), dir.file("n.key"),
+                                {"gpu-b", {}, false, true})
+                  .has_value());
+  EXPECT_EQ(certificate_common_name(dir.file("n.pem")).value(), "gpu-b");
+  EXPECT_EQ(std::filesystem::status(dir.file("n.key")).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+}  // namespace
+}  // namespace corral::net
