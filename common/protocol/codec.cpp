@@ -1,0 +1,343 @@
+#include "common/protocol/codec.hpp"
+
+#include "common/protocol/json_reader.hpp"
+#include "common/protocol/model_json.hpp"
+
+namespace corral::protocol {
+
+namespace {
+
+constexpr std::int64_t kMaxJobId = std::int64_t{1} << 53;
+constexpr int kMaxAttempt = 1000;
+constexpr int kMaxRank = 1 << 20;
+constexpr std::size_t kMaxEnv = 1024;
+constexpr std::size_t kMaxValue = 64 * 1024;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+Json running_to_json(const std::vector<RunningRank>& running) {
+  Json a = Json::array();
+  for (const auto& r : running) a.push_back(Json{{"job", r.job}, {"attempt", r.attempt}, {"rank", r.rank}, {"pid", r.pid}});
+  return a;
+}
+
+Json env_to_json(const std::vector<std::pair<std::string, std::string>>& env) {
+  Json a = Json::array();
+  for (const auto& [k, v] : env) a.push_back(Json::array({k, v}));
+  return a;
+}
+
+}  // namespace
+
+std::string encode(const AgentMessage& message) {
+  Json j = std::visit(
+      Overloaded{
+          [](const Hello& m) {
+            Json gpus = Json::array();
+            for (const auto& g : m.gpus) gpus.push_back(to_json(g));
+            return Json{{"type", "hello"},
+                        {"version", m.version},
+                        {"node", m.node},
+                        {"address", m.address},
+                        {"ports", Json::array({m.ports.first, m.ports.last})},
+                        {"simulated", m.simulated},
+                        {"driver", m.driver},
+                        {"cuda", m.cuda.to_string()},
+                        {"gpus", gpus},
+                        {"health_error", m.health_error},
+                        {"running", running_to_json(m.running)}};
+          },
+          [](const Heartbeat&) { return Json{{"type", "heartbeat"}}; },
+          [](const Health& m) { return Json{{"type", "health"}, {"error", m.error}}; },
+          [](const PrepareResult& m) {
+            return Json{{"type", "prepare_result"}, {"job", m.job},         {"attempt", m.attempt},
+                        {"ok", m.ok},               {"port_busy", m.port_busy}, {"nccl_id", m.nccl_id},
+                        {"error", m.error}};
+          },
+          [](const RankStarted& m) {
+            return Json{{"type", "rank_started"}, {"job", m.job}, {"attempt", m.attempt}, {"rank", m.rank}, {"pid", m.pid}};
+          },
+          [](const RankExited& m) {
+            return Json{{"type", "rank_exited"}, {"job", m.job},       {"attempt", m.attempt},
+                        {"rank", m.rank},        {"exit_code", m.exit_code}, {"signal", m.signal},
+                        {"reason", m.reason},    {"launch_failure", m.launch_failure}};
+          },
+          [](const LogData& m) {
+            return Json{{"type", "log_data"}, {"request", m.request}, {"data", m.data},      {"offset", m.offset},
+                        {"size", m.size},     {"finished", m.finished}, {"error", m.error}};
+          },
+      },
+      message);
+  // Logs may hold any bytes: replace invalid UTF-8 rather than fail.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string encode(const CoordinatorMessage& message) {
+  Json j = std::visit(
+      Overloaded{
+          [](const Welcome& m) {
+            return Json{{"type", "welcome"},
+                        {"version", m.version},
+                        {"heartbeat_interval_ms", m.heartbeat_interval_ms},
+                        {"kill_grace_ms", m.kill_grace_ms}};
+          },
+          [](const Reconcile& m) {
+            Json keep = Json::array();
+            for (const auto& [job, attempt] : m.keep) keep.push_back(Json{{"job", job}, {"attempt", attempt}});
+            return Json{{"type", "reconcile"}, {"keep", keep}};
+          },
+          [](const Prepare& m) {
+            return Json{{"type", "prepare"},         {"job", m.job},           {"attempt", m.attempt},
+                        {"master_addr", m.master_addr}, {"master_port", m.master_port}, {"nccl", m.nccl}};
+          },
+          [](const Launch& m) {
+            Json ranks = Json::array();
+            for (const auto& r : m.ranks) {
+              ranks.push_back(
+                  Json{{"rank", r.rank}, {"local_rank", r.local_rank}, {"node_rank", r.node_rank}, {"gpus", r.gpus}});
+            }
+            return Json{{"type", "launch"},
+                        {"job", m.job},
+                        {"attempt", m.attempt},
+                        {"name", m.name},
+                        {"user", m.user},
+                        {"command", to_json(m.command)},
+                        {"workdir", m.workdir},
+                        {"env", env_to_json(m.env)},
+                        {"nodes", m.nodes},
+                        {"world_size", m.world_size},
+                        {"local_world_size", m.local_world_size},
+                        {"master_addr", m.master_addr},
+                        {"master_port", m.master_port},
+                        {"nccl_id", m.nccl_id},
+                        {"ranks", ranks}};
+          },
+          [](const Kill& m) {
+            return Json{{"type", "kill"}, {"job", m.job}, {"attempt", m.attempt}, {"grace_ms", m.grace_ms}};
+          },
+          [](const LogRequest& m) {
+            return Json{{"type", "log_request"}, {"request", m.request}, {"job", m.job},          {"attempt", m.attempt},
+                        {"rank", m.rank},          {"offset", m.offset},   {"max_bytes", m.max_bytes}};
+          },
+      },
+      message);
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
+std::vector<RunningRank> running_from_json(JsonReader& r) {
+  std::vector<RunningRank> out;
+  const Json* a = r.array("running", 1 << 16);
+  if (!a) return out;
+  for (std::size_t i = 0; i < a->size() && r.ok(); ++i) {
+    JsonReader e((*a)[i], r.item_path("running", i));
+    RunningRank rr;
+    rr.job = e.i64("job", 1, kMaxJobId);
+    rr.attempt = e.i32("attempt", 0, kMaxAttempt);
+    rr.rank = e.i32("rank", 0, kMaxRank);
+    rr.pid = e.i32("pid", 1, 1 << 30);
+    r.absorb(e);
+    out.push_back(rr);
+  }
+  return out;
+}
+
+model::CudaVersion cuda_from(JsonReader& r, const char* key) {
+  std::string text = r.str(key, 16);
+  if (!r.ok()) return {};
+  auto v = model::CudaVersion::parse(text);
+  if (!v) r.fail(r.child_path(key), "must look like 12.4");
+  return v.value_or(model::CudaVersion{});
+}
+
+Result<AgentMessage> decode_agent(const Json& j) {
+  JsonReader r(j);
+  std::string type = r.str("type", 32);
+  if (!r.ok()) return std::unexpected(r.to_error());
+  AgentMessage out;
+  if (type == "hello") {
+    Hello m;
+    m.version = r.i32("version", 0, 1000);
+    m.node = r.str("node", kMaxName);
+    m.address = r.str("address", kMaxName);
+    std::vector<int> ports = r.int_list("ports", 2, 1, 65535);
+    if (r.ok() && (ports.size() != 2 || ports[0] > ports[1])) r.fail("ports", "must be [first, last] with first <= last");
+    if (r.ok()) m.ports = {ports[0], ports[1]};
+    m.simulated = r.boolean("simulated");
+    m.driver = r.str("driver", kMaxName, "");
+    m.cuda = cuda_from(r, "cuda");
+    m.gpus = gpus_from_json(r, "gpus");
+    m.health_error = r.str("health_error", 4096, "");
+    m.running = running_from_json(r);
+    out = std::move(m);
+  } else if (type == "heartbeat") {
+    out = Heartbeat{};
+  } else if (type == "health") {
+    out = Health{r.str("error", 4096, "")};
+  } else if (type == "prepare_result") {
+    PrepareResult m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.ok = r.boolean("ok");
+    m.port_busy = r.boolean("port_busy", false);
+    m.nccl_id = r.str("nccl_id", 256, "");
+    if (r.ok() && !m.nccl_id.empty() &&
+        (m.nccl_id.size() != 256 || m.nccl_id.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+      r.fail("nccl_id", "must be 256 lowercase hex characters");
+    }
+    m.error = r.str("error", 4096, "");
+    out = std::move(m);
+  } else if (type == "rank_started") {
+    RankStarted m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.rank = r.i32("rank", 0, kMaxRank);
+    m.pid = r.i32("pid", 1, 1 << 30);
+    out = m;
+  } else if (type == "rank_exited") {
+    RankExited m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.rank = r.i32("rank", 0, kMaxRank);
+    m.exit_code = r.i32("exit_code", -1, 255);
+    m.signal = r.i32("signal", 0, 128);
+    m.reason = r.str("reason", 4096, "");
+    m.launch_failure = r.boolean("launch_failure", false);
+    out = std::move(m);
+  } else if (type == "log_data") {
+    LogData m;
+    m.request = r.u64("request");
+    m.data = r.str("data", kMaxMessageBytes);
+    m.offset = r.u64("offset");
+    m.size = r.u64("size");
+    m.finished = r.boolean("finished");
+    m.error = r.str("error", 4096, "");
+    out = std::move(m);
+  } else {
+    return make_error(ErrorCode::InvalidArgument, "type: unknown message type " + type.substr(0, 32));
+  }
+  if (!r.ok()) return std::unexpected(r.to_error().with_context(type));
+  return out;
+}
+
+Result<CoordinatorMessage> decode_coordinator(const Json& j) {
+  JsonReader r(j);
+  std::string type = r.str("type", 32);
+  if (!r.ok()) return std::unexpected(r.to_error());
+  CoordinatorMessage out;
+  if (type == "welcome") {
+    Welcome m;
+    m.version = r.i32("version", 0, 1000);
+    m.heartbeat_interval_ms = r.i64("heartbeat_interval_ms", 10, 3'600'000);
+    m.kill_grace_ms = r.i64("kill_grace_ms", 0, 3'600'000);
+    out = m;
+  } else if (type == "reconcile") {
+    Reconcile m;
+    if (const Json* keep = r.array("keep", 1 << 16)) {
+      for (std::size_t i = 0; i < keep->size() && r.ok(); ++i) {
+        JsonReader e((*keep)[i], r.item_path("keep", i));
+        auto job = e.i64("job", 1, kMaxJobId);
+        auto attempt = e.i32("attempt", 0, kMaxAttempt);
+        r.absorb(e);
+        m.keep.emplace_back(job, attempt);
+      }
+    }
+    out = std::move(m);
+  } else if (type == "prepare") {
+    Prepare m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.master_addr = r.str("master_addr", kMaxName);
+    m.master_port = r.i32("master_port", 1, 65535);
+    m.nccl = r.boolean("nccl");
+    out = std::move(m);
+  } else if (type == "launch") {
+    Launch m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.name = r.str("name", kMaxName);
+    m.user = r.str("user", kMaxName);
+    m.command = command_from_json(r, "command");
+    m.workdir = r.str("workdir", 4096, "");
+    if (const Json* env = r.array("env", kMaxEnv)) {
+      for (std::size_t i = 0; i < env->size() && r.ok(); ++i) {
+        const Json& kv = (*env)[i];
+        if (!kv.is_array() || kv.size() != 2 || !kv[0].is_string() || !kv[1].is_string() ||
+            kv[0].get_ref<const std::string&>().size() > kMaxName || kv[1].get_ref<const std::string&>().size() > kMaxValue) {
+          r.fail(r.item_path("env", i), "must be a [name, value] pair of strings");
+          break;
+        }
+        m.env.emplace_back(kv[0].get<std::string>(), kv[1].get<std::string>());
+      }
+    }
+    m.nodes = r.str_list("nodes", 4096, kMaxName);
+    m.world_size = r.i32("world_size", 1, kMaxRank);
+    m.local_world_size = r.i32("local_world_size", 1, 1024);
+    m.master_addr = r.str("master_addr", kMaxName);
+    m.master_port = r.i32("master_port", 1, 65535);
+    m.nccl_id = r.str("nccl_id", 256, "");
+    if (const Json* ranks = r.array("ranks", 1024)) {
+      for (std::size_t i = 0; i < ranks->size() && r.ok(); ++i) {
+        JsonReader e((*ranks)[i], r.item_path("ranks", i));
+        RankSpec rs;
+        rs.rank = e.i32("rank", 0, kMaxRank);
+        rs.local_rank = e.i32("local_rank", 0, 1024);
+        rs.node_rank = e.i32("node_rank", 0, 4096);
+        rs.gpus = e.int_list("gpus", kMaxGpus, 0, 1023);
+        r.absorb(e);
+        m.ranks.push_back(std::move(rs));
+      }
+    }
+    out = std::move(m);
+  } else if (type == "kill") {
+    Kill m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.grace_ms = r.i64("grace_ms", 0, 3'600'000);
+    out = m;
+  } else if (type == "log_request") {
+    LogRequest m;
+    m.request = r.u64("request");
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.rank = r.i32("rank", 0, kMaxRank);
+    m.offset = r.u64("offset");
+    m.max_bytes = r.u64("max_bytes");
+    out = m;
+  } else {
+    return make_error(ErrorCode::InvalidArgument, "type: unknown message type " + type.substr(0, 32));
+  }
+  if (!r.ok()) return std::unexpected(r.to_error().with_context(type));
+  return out;
+}
+
+}  // namespace
+
+Result<AgentMessage> decode_agent_message(std::string_view text) {
+  auto j = parse_json(text, kMaxMessageBytes);
+  if (!j) return std::unexpected(j.error());
+  return decode_agent(*j);
+}
+
+Result<CoordinatorMessage> decode_coordinator_message(std::string_view text) {
+  auto j = parse_json(text, kMaxMessageBytes);
+  if (!j) return std::unexpected(j.error());
+  return decode_coordinator(*j);
+}
+
+std::string_view type_name(const AgentMessage& message) {
+  static constexpr std::string_view kNames[] = {"hello", "heartbeat", "health", "prepare_result",
+                                                "rank_started", "rank_exited", "log_data"};
+  return kNames[message.index()];
+}
+
+std::string_view type_name(const CoordinatorMessage& message) {
+  static constexpr std::string_view kNames[] = {"welcome", "reconcile", "prepare", "launch", "kill", "log_request"};
+  return kNames[message.index()];
+}
+
+}  // namespace corral::protocol

@@ -1,0 +1,23 @@
+#pragma once
+// JSON codec of the agent protocol. Decoding checks every field's type and bound and
+// names the field it rejects; nothing from the wire can crash the caller.
+
+#include <string>
+#include <string_view>
+
+#include "common/core/error.hpp"
+#include "common/protocol/messages.hpp"
+
+namespace corral::protocol {
+
+inline constexpr std::size_t kMaxMessageBytes = 8 * 1024 * 1024;
+
+std::string encode(const AgentMessage& message);
+std::string encode(const CoordinatorMessage& message);
+Result<AgentMessage> decode_agent_message(std::string_view text);
+Result<CoordinatorMessage> decode_coordinator_message(std::string_view text);
+
+std::string_view type_name(const AgentMessage& message);
+std::string_view type_name(const CoordinatorMessage& message);
+
+}  // namespace corral::protocol

@@ -1,0 +1,172 @@
+#pragma once
+// The agent <-> coordinator protocol: plain structs, one JSON object per WebSocket text
+// message, {"type": "...", ...}. docs/protocol.md documents each with an example. No
+// sockets here; codec.hpp turns these into text and back.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/model/inventory.hpp"
+#include "common/model/job.hpp"
+
+namespace corral::protocol {
+
+inline constexpr int kProtocolVersion = 1;
+
+// A rank process an agent runs.
+struct RunningRank {
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  int pid = 0;
+  bool operator==(const RunningRank&) const = default;
+};
+
+// ---- agent -> coordinator
+
+// First message on every connection. The node name comes from the certificate; `node`
+// must match it.
+struct Hello {
+  int version = kProtocolVersion;
+  std::string node;
+  std::string address;          // advertised: MASTER_ADDR for jobs whose rank 0 runs here
+  model::PortRange ports;
+  bool simulated = false;
+  std::string driver;
+  model::CudaVersion cuda;
+  std::vector<model::Gpu> gpus;
+  std::string health_error;     // empty: preflight passed
+  std::vector<RunningRank> running;
+  bool operator==(const Hello&) const = default;
+};
+
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
+
+// Preflight ran again: the node is healthy or should be drained with this reason.
+struct Health {
+  std::string error;            // empty: healthy
+  bool operator==(const Health&) const = default;
+};
+
+// Answer to Prepare.
+struct PrepareResult {
+  model::JobId job = 0;
+  int attempt = 0;
+  bool ok = false;
+  bool port_busy = false;       // the master port is held by a process outside corral
+  std::string nccl_id;          // 256 hex characters for NCCL jobs
+  std::string error;
+  bool operator==(const PrepareResult&) const = default;
+};
+
+struct RankStarted {
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  int pid = 0;
+  bool operator==(const RankStarted&) const = default;
+};
+
+struct RankExited {
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  int exit_code = 0;            // valid when signal == 0
+  int signal = 0;               // the signal that killed it, or 0
+  std::string reason;           // "exited with code 3", "killed by signal 9", "no such user alice"
+  bool launch_failure = false;  // it never ran the job's command (bad user, workdir, ...)
+  bool operator==(const RankExited&) const = default;
+};
+
+// Answer to LogRequest.
+struct LogData {
+  std::uint64_t request = 0;
+  std::string data;             // bytes of the log from `offset`
+  std::uint64_t offset = 0;     // where data starts
+  std::uint64_t size = 0;       // the log's size now
+  bool finished = false;        // the rank has exited: the log will not grow
+  std::string error;
+  bool operator==(const LogData&) const = default;
+};
+
+using AgentMessage = std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData>;
+
+// ---- coordinator -> agent
+
+struct Welcome {
+  int version = kProtocolVersion;
+  std::int64_t heartbeat_interval_ms = 1000;
+  std::int64_t kill_grace_ms = 10000;
+  bool operator==(const Welcome&) const = default;
+};
+
+// The jobs the coordinator runs on this node; the agent kills ranks of any other job.
+// Sent after Hello once the coordinator knows (after its reconnect grace, on restart).
+struct Reconcile {
+  std::vector<std::pair<model::JobId, int>> keep;  // (job, attempt)
+  bool operator==(const Reconcile&) const = default;
+};
+
+// Rank 0's node: probe the master port (and keep it bound), start the NCCL root.
+struct Prepare {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::string master_addr;
+  int master_port = 0;
+  bool nccl = false;
+  bool operator==(const Prepare&) const = default;
+};
+
+struct RankSpec {
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  std::vector<int> gpus;        // GPU indices on the node (CUDA_VISIBLE_DEVICES)
+  bool operator==(const RankSpec&) const = default;
+};
+
+// The one rendezvous record, sent to every agent of the job; each starts its own ranks.
+struct Launch {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::string name;
+  std::string user;
+  model::Command command;
+  std::string workdir;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::vector<std::string> nodes;    // node_rank order
+  int world_size = 0;
+  int local_world_size = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string nccl_id;               // empty unless launch.mode is nccl
+  std::vector<RankSpec> ranks;       // the ranks of the receiving node
+  bool operator==(const Launch&) const = default;
+};
+
+struct Kill {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::int64_t grace_ms = 10000;
+  bool operator==(const Kill&) const = default;
+};
+
+struct LogRequest {
+  std::uint64_t request = 0;
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t max_bytes = 1 << 20;
+  bool operator==(const LogRequest&) const = default;
+};
+
+using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest>;
+
+}  // namespace corral::protocol

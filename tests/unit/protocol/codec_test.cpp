@@ -1,0 +1,123 @@
+#include "common/protocol/codec.hpp"
+
+#include <gtest/gtest.h>
+
+namespace corral::protocol {
+namespace {
+
+template <typename Msg>
+void round_trip_agent(const Msg& m) {
+  auto text = encode(AgentMessage(m));
+  auto back = decode_agent_message(text);
+  ASSERT_TRUE(back.has_value()) << back.error().message() << "\n" << text;
+  ASSERT_TRUE(std::holds_alternative<Msg>(*back));
+  EXPECT_EQ(std::get<Msg>(*back), m) << text;
+}
+
+template <typename Msg>
+void round_trip_coordinator(const Msg& m) {
+  auto text = encode(CoordinatorMessage(m));
+  auto back = decode_coordinator_message(text);
+  ASSERT_TRUE(back.has_value()) << back.error().message() << "\n" << text;
+  ASSERT_TRUE(std::holds_alternative<Msg>(*back));
+  EXPECT_EQ(std::get<Msg>(*back), m) << text;
+}
+
+TEST(Codec, EveryAgentMessageRoundTrips) {
+  Hello h;
+  h.node = "gpu-a";
+  h.address = "10.0.0.11";
+  h.ports = {29500, 29999};
+  h.simulated = true;
+  h.driver = "550.54.15";
+  h.cuda = {12, 4};
+  model::Gpu g;
+  g.index = 3;
+  g.uuid = "GPU-x";
+  g.cls = {"NVIDIA A100-SXM4-80GB", 81920, "550.54.15"};
+  g.cuda = {12, 4};
+  g.nvlink_peers = {0, 1, 2};
+  h.gpus = {g};
+  h.running = {{7, 1, 0, 4242}};
+  round_trip_agent(h);
+  round_trip_agent(Heartbeat{});
+  round_trip_agent(Health{"nvidia-smi failed"});
+  round_trip_agent(PrepareResult{7, 1, true, false, std::string(256, 'a'), ""});
+  round_trip_agent(RankStarted{7, 1, 3, 999});
+  round_trip_agent(RankExited{7, 1, 3, 0, 9, "killed by signal 9", false});
+  round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
+}
+
+TEST(Codec, EveryCoordinatorMessageRoundTrips) {
+  round_trip_coordinator(Welcome{1, 1000, 10000});
+  round_trip_coordinator(Reconcile{{{7, 1}, {8, 0}}});
+  round_trip_coordinator(Prepare{7, 1, "10.0.0.11", 29500, true});
+  Launch l;
+  l.job = 7;
+  l.attempt = 1;
+  l.name = "ddp";
+  l.user = "alice";
+  l.command = {false, {"python3", "train.py"}};
+  l.workdir = "/data";
+  l.env = {{"NCCL_DEBUG", "INFO"}};
+  l.nodes = {"gpu-a", "gpu-b"};
+  l.world_size = 4;
+  l.local_world_size = 2;
+  l.master_addr = "10.0.0.11";
+  l.master_port = 29500;
+  l.ranks = {{0, 0, 0, {0}}, {1, 1, 0, {1}}};
+  round_trip_coordinator(l);
+  l.command = {true, {"echo hi"}};
+  round_trip_coordinator(l);
+  round_trip_coordinator(Kill{7, 1, 5000});
+  round_trip_coordinator(LogRequest{9, 7, 1, 2, 100, 4096});
+}
+
+TEST(Codec, RejectionsNameTheField) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"not json", "malformed JSON"},
+      {"[]", "message: must be an object"},
+      {R"({"type":"nope"})", "type: unknown message type nope"},
+      {R"({"type":"rank_started","job":1,"attempt":0,"rank":-1,"pid":5})", "rank_started: rank: must be between 0 and 1048576"},
+      {R"({"type":"rank_started","job":"1","attempt":0,"rank":0,"pid":5})", "rank_started: job: must be an integer"},
+      {R"({"type":"rank_exited","job":1,"attempt":0,"rank":0,"exit_code":0})", "rank_exited: signal: required field is missing"},
+      {R"({"type":"prepare_result","job":1,"attempt":0,"ok":true,"nccl_id":"xyz"})",
+       "prepare_result: nccl_id: must be 256 lowercase hex characters"},
+      {R"({"type":"hello","version":1,"node":"a","address":"x","ports":[2,1],"simulated":false,"cuda":"12.4","gpus":[],"running":[]})",
+       "hello: ports: must be [first, last] with first <= last"},
+      {R"({"type":"hello","version":1,"node":"a","address":"x","ports":[1,2],"simulated":false,"cuda":"12.4","gpus":[{"index":0}],"running":[]})",
+       "hello: gpus[0].name: required field is missing"},
+  };
+  for (const auto& c : cases) {
+    auto r = decode_agent_message(c.text);
+    ASSERT_FALSE(r.has_value()) << c.text;
+    EXPECT_EQ(r.error().message(), c.message) << c.text;
+  }
+  auto bad_launch = decode_coordinator_message(R"({"type":"launch","job":1,"attempt":0,"name":"x","user":"u","command":[],"nodes":[],"world_size":1,"local_world_size":1,"master_addr":"a","master_port":1,"ranks":[]})");
+  ASSERT_FALSE(bad_launch.has_value());
+  EXPECT_EQ(bad_launch.error().message(), "launch: command: must not be empty");
+}
+
+TEST(Codec, RefusesDeepNestingAndOversizedMessages) {
+  std::string deep(100, '[');
+  deep += std::string(100, ']');
+  EXPECT_FALSE(decode_agent_message(deep).has_value());
+  std::string big(kMaxMessageBytes + 1, ' ');
+  auto r = decode_agent_message(big);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("the limit is"), std::string::npos);
+}
+
+TEST(Codec, LogBytesThatAreNotUtf8SurviveAsReplacements) {
+  LogData d{1, std::string("ok\xff\xfe"), 0, 4, false, ""};
+  auto back = decode_agent_message(encode(AgentMessage(d)));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(std::get<LogData>(*back).data.substr(0, 2), "ok");
+}
+
+}  // namespace
+}  // namespace corral::protocol
