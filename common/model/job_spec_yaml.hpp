@@ -16,8 +16,8 @@ struct SpecLimits {
   std::size_t max_file_bytes = 64 * 1024;
   int max_depth = 8;
   std::size_t max_nodes_in_document = 4096;   // YAML nodes after alias expansion
-  std::size_t max_string_bytes = 4096;        // any single scalar
-  std::size_t max_command_bytes = 16 * 1024;  // the whole command
+  std::size_t max_string_bytes = 4096;        // any single string value, env names too
+  std::size_t max_command_bytes = 16 * 1024;  // the whole command (a command string has only this bound)
   std::size_t max_env_entries = 256;
   std::size_t max_env_bytes = 32 * 1024;      // keys + values
   int max_nodes = 1024;                       // resources.nodes
@@ -25,7 +25,8 @@ struct SpecLimits {
   int max_ranks = 65536;                      // nodes x processes per node
 };
 
-// One problem found in a spec.
+// One problem found in a spec. Problems about the file as a whole (too large, empty, too
+// many YAML nodes) have line 0 and format without a position: "job.yaml: message".
 struct SpecProblem {
   int line = 0;      // 1-based; 0 when the problem has no position (e.g. file too large)
   int column = 0;    // 1-based
@@ -33,6 +34,7 @@ struct SpecProblem {
   std::string message;
 
   // "job.yaml:7:18: resources.gpus_per_node: must be a positive integer, got \"four\""
+  // "job.yaml: file is 70000 bytes; the limit is 65536"
   std::string format(std::string_view file_name) const;
 };
 
@@ -41,6 +43,9 @@ struct SpecParseResult {
   std::vector<SpecProblem> problems;    // every problem found, in document order
 };
 
+// Never throws. A document over a size, depth or node-count bound gets that one problem
+// and is not read further, as is one that is not valid YAML; otherwise every field is
+// checked and every problem reported.
 SpecParseResult parse_job_spec_detailed(std::string_view yaml_text, const SpecLimits& limits = {});
 
 // InvalidArgument with every problem, one per line, each "file:line:col: path: message".
