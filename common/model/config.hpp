@@ -1,0 +1,56 @@
+#pragma once
+// Daemon configuration: the coordinator's and the agent's YAML files as plain values.
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+#include "common/model/inventory.hpp"
+
+namespace corral::model {
+
+struct CoordinatorConfig {
+  std::string listen_host = "0.0.0.0";
+  int listen_port = 7433;                      // 0: any free port
+  std::string state_dir = "/var/lib/corral";   // CA, server certificate, database
+  std::string database;                        // default: state_dir/corral.db
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  Duration node_timeout = std::chrono::seconds(5);
+  Duration reconnect_grace = std::chrono::seconds(30);
+  Duration kill_grace = std::chrono::seconds(10);
+  Duration schedule_interval = std::chrono::seconds(1);
+  Duration fair_share_half_life = std::chrono::hours(24);
+  std::size_t max_connections = 512;
+  std::size_t max_request_bytes = 1024 * 1024;
+  bool public_status = true;                   // status page and /metrics without a token
+
+  std::string database_path() const { return database.empty() ? state_dir + "/corral.db" : database; }
+};
+
+struct AgentConfig {
+  std::string node;
+  std::string coordinator;                     // https://host:port
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string spool = "/var/lib/corral-agent";
+  std::string advertise;                       // MASTER_ADDR for ranks 0 here; ports reserved per address
+  PortRange ports;
+  std::string simulate;                        // a simulated inventory file instead of nvidia-smi
+  bool allow_root_jobs = false;
+  std::string nvidia_smi = "nvidia-smi";
+  std::string worker = "corral-worker";        // for nccl-root and preflight
+  Duration preflight_interval = std::chrono::minutes(5);
+  Duration reconnect_max_backoff = std::chrono::seconds(5);
+};
+
+// Both refuse unknown keys and name file:line:col and the key on every problem.
+Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::string_view file_name);
+Result<AgentConfig> parse_agent_config(std::string_view yaml, std::string_view file_name);
+// Relative paths in a config file are relative to the file's folder.
+Result<CoordinatorConfig> load_coordinator_config(const std::string& path);
+Result<AgentConfig> load_agent_config(const std::string& path);
+
+}  // namespace corral::model

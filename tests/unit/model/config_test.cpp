@@ -1,0 +1,90 @@
+#include "common/model/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace corral::model {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(CoordinatorConfig, TheShippedExampleLoads) {
+  auto c = load_coordinator_config(std::string(CORRAL_SOURCE_DIR) + "/configs/coordinator.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->listen_port, 7433);
+  EXPECT_EQ(c->listen_host, "0.0.0.0");
+  EXPECT_EQ(c->node_timeout, 5s);
+  EXPECT_EQ(c->database_path(), "/var/lib/corral/corral.db");
+}
+
+TEST(AgentConfig, TheShippedExampleLoads) {
+  auto c = load_agent_config(std::string(CORRAL_SOURCE_DIR) + "/configs/agent.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->node, "gpu-a");
+  EXPECT_EQ(c->ports, (PortRange{29500, 29999}));
+  EXPECT_FALSE(c->allow_root_jobs);
+}
+
+TEST(CoordinatorConfig, ListsEveryProblemWithItsPosition) {
+  auto c = parse_coordinator_config("listen: nowhere\nnode_timout: 5s\nkill_grace: soon\n", "c.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message(),
+            "c.yaml:1:9: listen: must be HOST:PORT, got \"nowhere\"\n"
+            "c.yaml:2:1: node_timout: unknown setting; did you mean \"node_timeout\"?\n"
+            "c.yaml:3:13: kill_grace: expected a duration like 90s, 30m, 2h or 1d, got \"soon\"");
+}
+
+TEST(CoordinatorConfig, PortZeroMeansAnyFreePort) {
+  auto c = parse_coordinator_config("listen: 127.0.0.1:0\n", "c.yaml");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->listen_port, 0);
+  EXPECT_EQ(c->listen_host, "127.0.0.1");
+}
+
+TEST(CoordinatorConfig, NodeTimeoutMustExceedTheHeartbeat) {
+  auto c = parse_coordinator_config("heartbeat_interval: 5s\nnode_timeout: 2s\n", "c.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message(), "c.yaml: node_timeout must be longer than heartbeat_interval");
+}
+
+TEST(AgentConfig, RequiredSettingsAndBadValuesAreNamed) {
+  auto c = parse_agent_config("node: gpu a\nports: 30000-29000\nallow_root_jobs: maybe\n", "a.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message(),
+            "a.yaml:1:7: node: must be 1 to 64 of [A-Za-z0-9._-], got \"gpu a\"\n"
+            "a.yaml:2:8: ports: must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535, got \"30000-29000\"\n"
+            "a.yaml:3:18: allow_root_jobs: must be true or false, got \"maybe\"\n"
+            "a.yaml: coordinator: required setting is missing\n"
+            "a.yaml: ca: required setting is missing\n"
+            "a.yaml: cert: required setting is missing\n"
+            "a.yaml: key: required setting is missing\n"
+            "a.yaml: advertise: required setting is missing");
+}
+
+TEST(AgentConfig, RelativePathsAreRelativeToTheFile) {
+  std::string dir = std::filesystem::temp_directory_path() / "corral-config-test";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/agent.yaml");
+    f << "node: a\ncoordinator: https://127.0.0.1:1\nca: certs/ca.pem\ncert: /abs/a.pem\nkey: certs/a.key\n"
+         "advertise: 127.0.0.1\nspool: spool\nsimulate: ../sim/x.yaml\n";
+  }
+  auto c = load_agent_config(dir + "/agent.yaml");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->ca, dir + "/certs/ca.pem");
+  EXPECT_EQ(c->cert, "/abs/a.pem");
+  EXPECT_EQ(c->simulate, std::filesystem::path(dir).parent_path().string() + "/sim/x.yaml");
+}
+
+TEST(Configs, NonYamlDocumentsAreRefused) {
+  EXPECT_FALSE(parse_coordinator_config("- a\n- b\n", "c.yaml").has_value());
+  EXPECT_FALSE(parse_coordinator_config("listen: [1, 2]\n", "c.yaml").has_value());
+  EXPECT_FALSE(parse_coordinator_config("listen: \"unterminated\n", "c.yaml").has_value());
+  EXPECT_FALSE(load_coordinator_config("/nonexistent/c.yaml").has_value());
+}
+
+}  // namespace
+}  // namespace corral::model
