@@ -6,6 +6,8 @@ find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(OpenSSL REQUIRED)
 
 # CUDA and NCCL: found under CUDA_HOME or /usr/local/cuda, the GPU code paths build.
 set(CORRAL_CUDA_ROOT "$ENV{CUDA_HOME}")

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <optional>
+#include <vector>
 
 #include "common/net/asio_access.hpp"
 
@@ -16,12 +17,14 @@ namespace asio = boost::asio;
 struct EventLoop::Impl {
   asio::io_context io{1};
   std::unique_ptr<asio::signal_set> signals;
+  std::vector<std::unique_ptr<asio::signal_set>> other_signals;
 };
 
 EventLoop::EventLoop() : impl_(std::make_unique<Impl>()) {}
 EventLoop::~EventLoop() = default;
 
 void EventLoop::run() {
+  if (impl_->io.stopped()) impl_->io.restart();
   auto guard = asio::make_work_guard(impl_->io);
   impl_->io.run();
 }
@@ -46,6 +49,18 @@ void EventLoop::on_shutdown_signal(std::function<void(int)> fn) {
     signals->async_wait(*handler);
   };
   signals->async_wait(*handler);
+}
+
+void EventLoop::on_signal(int signal, std::function<void()> fn) {
+  impl_->other_signals.push_back(std::make_unique<asio::signal_set>(impl_->io, signal));
+  auto* set = impl_->other_signals.back().get();
+  auto handler = std::make_shared<std::function<void(const boost::system::error_code&, int)>>();
+  *handler = [set, fn = std::move(fn), handler](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    fn();
+    set->async_wait(*handler);
+  };
+  set->async_wait(*handler);
 }
 
 struct Timer::Impl {

@@ -49,6 +49,8 @@ class EventLoop {
   void post(std::function<void()> fn);
   // Calls fn on the loop thread when SIGINT or SIGTERM arrives.
   void on_shutdown_signal(std::function<void(int)> fn);
+  // Calls fn on the loop thread each time `signal` arrives (e.g. SIGCHLD).
+  void on_signal(int signal, std::function<void()> fn);
 
   // For common/net's own classes: the io_context behind the loop.
   void* native();

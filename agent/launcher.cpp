@@ -1,0 +1,128 @@
+#include "agent/launcher.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace corral::agent {
+
+Result<UserIds> lookup_user(const std::string& name) {
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  if (rc != 0 || found == nullptr) return make_error(ErrorCode::NotFound, "no such user " + name + " on this node");
+  return UserIds{name, pw.pw_uid, pw.pw_gid, pw.pw_dir ? pw.pw_dir : "/", pw.pw_shell ? pw.pw_shell : "/bin/sh"};
+}
+
+namespace {
+
+// In the child: report `what: strerror(errno)` to the parent and exit.
+[[noreturn]] void child_fail(int fd, const char* what) {
+  int err = errno;
+  char msg[512];
+  int n = std::snprintf(msg, sizeof(msg), "%s: %s", what, std::strerror(err));
+  if (n > 0) (void)!::write(fd, msg, static_cast<std::size_t>(std::min(n, static_cast<int>(sizeof(msg)) - 1)));
+  ::_exit(127);
+}
+
+}  // namespace
+
+Result<pid_t> spawn(const ProcessSpec& spec) {
+  if (spec.argv.empty()) return make_error(ErrorCode::InvalidArgument, "empty command");
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : spec.envp) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  std::string workdir = spec.workdir;
+  if (workdir.empty() && spec.user) workdir = spec.user->home;
+  std::string chdir_what = "chdir " + workdir;
+  std::string log_what = "open log " + spec.log_path;
+  std::string exec_what = "exec " + spec.argv.front();
+
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return make_error(ErrorCode::Internal, std::string("pipe: ") + std::strerror(errno));
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(report[0]);
+    ::close(report[1]);
+    return make_error(ErrorCode::Unavailable, std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    ::setpgid(0, 0);
+    // Signals the agent handles or ignores must not leak into the job.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGPIPE, SIGCHLD, SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (log < 0) child_fail(report[1], log_what.c_str());
+    int in = spec.stdin_fd >= 0 ? spec.stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0) child_fail(report[1], "open /dev/null");
+    if (::dup2(in, 0) < 0 || ::dup2(spec.stdout_fd >= 0 ? spec.stdout_fd : log, 1) < 0 || ::dup2(log, 2) < 0) {
+      child_fail(report[1], "dup2");
+    }
+    if (spec.user) {
+      // The log stays writable: it was opened before privileges were dropped.
+      if (::fchown(log, spec.user->uid, spec.user->gid) != 0) {
+        // Not fatal: the job can still write through the open descriptor.
+      }
+      if (::setgid(spec.user->gid) != 0) child_fail(report[1], "setgid");
+      if (::initgroups(spec.user->name.c_str(), spec.user->gid) != 0) child_fail(report[1], "initgroups");
+      if (::setuid(spec.user->uid) != 0) child_fail(report[1], "setuid");
+    }
+    if (!workdir.empty() && ::chdir(workdir.c_str()) != 0) child_fail(report[1], chdir_what.c_str());
+    ::execvpe(argv[0], argv.data(), envp.data());
+    child_fail(report[1], exec_what.c_str());
+  }
+  ::close(report[1]);
+  // Also set it from the parent: whichever runs first, the group exists before we
+  // might signal it.
+  ::setpgid(pid, pid);
+  std::string why;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(report[0], buf, sizeof(buf));
+    if (n > 0) {
+      why.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  ::close(report[0]);
+  if (!why.empty()) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return make_error(ErrorCode::InvalidArgument, why);
+  }
+  return pid;
+}
+
+bool signal_group(pid_t pgid, int signal) { return pgid > 0 && ::kill(-pgid, signal) == 0; }
+
+bool group_alive(pid_t pgid) { return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM); }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = ::strsignal(sig);
+    return "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+}  // namespace corral::agent

@@ -1,0 +1,51 @@
+#pragma once
+// Starting and stopping processes for ranks: fork and exec in a new process group, as
+// the job's Unix user, with stdout and stderr in a log file. An exec that fails reports
+// why through a close-on-exec pipe, so a bad user, workdir or command is an error here
+// and not a mystery exit code. Called on the agent's loop thread (single-threaded, so
+// the child may allocate between fork and exec).
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/core/error.hpp"
+
+namespace corral::agent {
+
+struct UserIds {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
+  std::string shell;
+};
+
+// NotFound when the user does not exist on this node.
+Result<UserIds> lookup_user(const std::string& name);
+
+struct ProcessSpec {
+  std::vector<std::string> argv;   // argv[0] is looked up on the child's PATH
+  std::vector<std::string> envp;   // "KEY=VALUE"
+  std::string workdir;             // empty: stay where the agent is (or the user's home when switching)
+  std::optional<UserIds> user;     // switch to this user (needs root)
+  std::string log_path;            // stdout and stderr are appended here
+  int stdout_fd = -1;              // when set: stdout goes here instead (the log keeps stderr)
+  int stdin_fd = -1;               // when set: the child's stdin; else /dev/null
+};
+
+// The pid of the started process, which leads its own process group. InvalidArgument
+// with the reason when it could not be started ("chdir /data: No such file or directory").
+Result<pid_t> spawn(const ProcessSpec& spec);
+
+// Sends `signal` to the whole process group led by `pgid`. False when none is left.
+bool signal_group(pid_t pgid, int signal);
+// Whether any process of the group still exists.
+bool group_alive(pid_t pgid);
+
+// "exited with code 3" / "killed by signal 9 (Killed)" from a waitpid status.
+std::string describe_status(int status);
+
+}  // namespace corral::agent

@@ -1,0 +1,143 @@
+// corral-agent --config agent.yaml
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+
+#include "agent/agent.hpp"
+#include "agent/inventory/gpu_inventory.hpp"
+#include "common/model/config.hpp"
+#include "common/net/pki.hpp"
+
+using namespace corral;
+
+namespace {
+
+int fail(const std::string& message, int code = 1) {
+  std::cerr << "corral-agent: " << message << "\n";
+  return code;
+}
+
+// The kernel hands out ephemeral ports from this range; a master port inside it can be
+// taken by any outgoing connection between the probe and the job's bind.
+void warn_ephemeral_overlap(const model::PortRange& ports) {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0;
+  int hi = 0;
+  if (!(in >> lo >> hi)) return;
+  if (ports.first <= hi && lo <= ports.last) {
+    spdlog::warn("ports {}-{} overlap the kernel's ephemeral range {}-{} "
+                 "(/proc/sys/net/ipv4/ip_local_port_range): a master port may be taken by an outgoing connection",
+                 ports.first, ports.last, lo, hi);
+  }
+}
+
+// The node checklist: nvidia-smi answers, each GPU is listed with its driver and CUDA
+// version, and (when corral-worker was built with CUDA) a kernel runs on every GPU.
+std::string preflight(const model::AgentConfig& config, const agent::Inventory& expected) {
+  if (!config.simulate.empty()) return "";
+  auto run = agent::system_command_runner();
+  auto inv = agent::read_nvidia_inventory(run, config.nvidia_smi);
+  if (!inv) return inv.error().message();
+  if (inv->gpus.size() != expected.gpus.size()) {
+    return "nvidia-smi lists " + std::to_string(inv->gpus.size()) + " GPUs, " + std::to_string(expected.gpus.size()) +
+           " at start";
+  }
+  auto worker = run({config.worker, "preflight"}, std::chrono::minutes(2));
+  if (!worker) return "corral-worker preflight: " + worker->err + worker.error().message();
+  // Exit 20: built without CUDA; the GPU kernel check is skipped, visibly, in the log.
+  if (worker->exit_code == 20) return "";
+  if (worker->exit_code != 0) {
+    std::string why = worker->err.empty() ? worker->out : worker->err;
+    if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+    return "corral-worker preflight failed (exit " + std::to_string(worker->exit_code) + "): " + why;
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"corral-agent: runs a node's ranks for the corral coordinator"};
+  std::string config_path;
+  app.add_option("--config", config_path, "agent.yaml")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto config = model::load_agent_config(config_path);
+  if (!config) return fail(config.error().message(), 2);
+  auto cn = net::certificate_common_name(config->cert);
+  if (!cn) return fail(cn.error().message(), 2);
+  if (*cn != config->node) {
+    return fail("node is " + config->node + " but the certificate " + config->cert + " is for " + *cn, 2);
+  }
+  warn_ephemeral_overlap(config->ports);
+
+  agent::Inventory inventory;
+  std::string health;
+  if (!config->simulate.empty()) {
+    auto inv = agent::read_simulated_inventory(config->simulate);
+    if (!inv) return fail(inv.error().message(), 2);
+    inventory = *inv;
+    spdlog::info("simulated inventory from {}: {} GPU(s)", config->simulate, inventory.gpus.size());
+  } else {
+    auto inv = agent::read_nvidia_inventory(agent::system_command_runner(), config->nvidia_smi);
+    if (inv) {
+      inventory = *inv;
+      for (const auto& w : inventory.warnings) spdlog::warn("{}", w);
+      spdlog::info("nvidia-smi: {} GPU(s), driver {}, CUDA {}", inventory.gpus.size(), inventory.driver,
+                   inventory.cuda.to_string());
+      health = preflight(*config, inventory);
+    } else {
+      // Join anyway, drained with the reason, so `corral nodes` shows what is wrong.
+      health = inv.error().message();
+    }
+    if (!health.empty()) spdlog::error("preflight failed: {}", health);
+  }
+
+  protocol::Hello hello;
+  hello.node = config->node;
+  hello.address = config->advertise;
+  hello.ports = config->ports;
+  hello.simulated = inventory.simulated || !config->simulate.empty();
+  hello.driver = inventory.driver;
+  hello.cuda = inventory.cuda;
+  hello.gpus = inventory.gpus;
+  hello.health_error = health;
+
+  agent::AgentHooks hooks;
+  if (config->simulate.empty()) {
+    hooks.preflight = [c = *config, inventory] { return preflight(c, inventory); };
+    hooks.gpus_still_held = [c = *config](const std::vector<std::string>& uuids) {
+      std::vector<std::string> held;
+      auto apps = agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi);
+      if (!apps) return std::vector<std::string>{"cannot check: " + apps.error().message()};
+      for (const auto& proc : *apps) {
+        if (std::find(uuids.begin(), uuids.end(), proc.gpu_uuid) != uuids.end()) {
+          held.push_back(proc.gpu_uuid + " by pid " + std::to_string(proc.pid));
+        }
+      }
+      return held;
+    };
+  }
+  net::EventLoop loop;
+  agent::Agent agent(loop, *config, hello, hooks);
+  if (auto r = agent.start(); !r) return fail(r.error().message());
+  spdlog::info("corral-agent {} started: advertising {}, ports {}-{}, spool {}", config->node, config->advertise,
+               config->ports.first, config->ports.last, config->spool);
+  loop.on_shutdown_signal([&](int sig) {
+    // Ranks are not waited for: the coordinator loses this node after node_timeout, and
+    // an agent started again kills what this one left (its spool lists them).
+    spdlog::info("signal {}: stopping", sig);
+    agent.stop();
+    loop.stop();
+  });
+  loop.run();
+  return 0;
+}

@@ -1,0 +1,98 @@
+#include "agent/rank_env.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace corral::agent {
+
+namespace {
+
+void set(Env& env, const std::string& key, std::string value) {
+  auto it = std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; });
+  if (it != env.end()) {
+    it->second = std::move(value);
+  } else {
+    env.emplace_back(key, std::move(value));
+  }
+}
+
+bool has(const Env& env, const std::string& key) {
+  return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; });
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ",") + i;
+  return out;
+}
+
+}  // namespace
+
+Env build_rank_env(const protocol::Launch& launch, const protocol::RankSpec& rank, const NodeFacts& facts,
+                   const Env& base) {
+  Env env = base;
+  for (const auto& [k, v] : launch.env) set(env, k, v);
+  std::string devices;
+  for (int g : rank.gpus) devices += (devices.empty() ? "" : ",") + std::to_string(g);
+  set(env, "CUDA_VISIBLE_DEVICES", devices);
+  set(env, "MASTER_ADDR", launch.master_addr);
+  set(env, "MASTER_PORT", std::to_string(launch.master_port));
+  set(env, "WORLD_SIZE", std::to_string(launch.world_size));
+  set(env, "RANK", std::to_string(rank.rank));
+  set(env, "LOCAL_RANK", std::to_string(rank.local_rank));
+  set(env, "LOCAL_WORLD_SIZE", std::to_string(launch.local_world_size));
+  set(env, "NODE_RANK", std::to_string(rank.node_rank));
+  set(env, "GROUP_RANK", std::to_string(rank.node_rank));
+  set(env, "CORRAL_JOB_ID", std::to_string(launch.job));
+  set(env, "CORRAL_ATTEMPT", std::to_string(launch.attempt));
+  set(env, "CORRAL_JOB_NAME", launch.name);
+  set(env, "CORRAL_NNODES", std::to_string(launch.nodes.size()));
+  set(env, "CORRAL_NODELIST", join(launch.nodes));
+  if (!launch.nccl_id.empty()) set(env, "CORRAL_NCCL_UNIQUE_ID", launch.nccl_id);
+  // Without these, gloo and NCCL pick the address the hostname resolves to, often
+  // 127.0.0.1, and tell ranks on other hosts to connect there.
+  if (!facts.interface.empty()) {
+    if (!has(launch.env, "GLOO_SOCKET_IFNAME")) set(env, "GLOO_SOCKET_IFNAME", facts.interface);
+    if (!has(launch.env, "NCCL_SOCKET_IFNAME")) set(env, "NCCL_SOCKET_IFNAME", facts.interface);
+  }
+  // Several ranks on one node each spawning a thread per core oversubscribe it; torchrun
+  // sets 1 for the same reason.
+  if (launch.local_world_size > 1 && !has(launch.env, "OMP_NUM_THREADS")) set(env, "OMP_NUM_THREADS", "1");
+  return env;
+}
+
+std::vector<std::string> to_envp(const Env& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::optional<std::string> interface_for_address(const std::string& address) {
+  in_addr v4{};
+  in6_addr v6{};
+  bool is4 = inet_pton(AF_INET, address.c_str(), &v4) == 1;
+  bool is6 = !is4 && inet_pton(AF_INET6, address.c_str(), &v6) == 1;
+  if (!is4 && !is6) return std::nullopt;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> found;
+  for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    if (is4 && a->ifa_addr->sa_family == AF_INET) {
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if (sin->sin_addr.s_addr == v4.s_addr) found = a->ifa_name;
+    } else if (is6 && a->ifa_addr->sa_family == AF_INET6) {
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+      if (std::memcmp(&sin6->sin6_addr, &v6, sizeof(v6)) == 0) found = a->ifa_name;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+}  // namespace corral::agent
