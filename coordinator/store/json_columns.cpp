@@ -1,5 +1,7 @@
 #include "coordinator/store/json_columns.hpp"
 
+#include "coordinator/store/store.hpp"
+
 #include <nlohmann/json.hpp>
 
 namespace corral::store {
@@ -89,6 +91,58 @@ Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text) {
     }
     return gpus;
   });
+}
+
+std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& r : ranks) {
+    a.push_back(nlohmann::json{{"rank", r.rank},
+                               {"node", r.node},
+                               {"local_rank", r.local_rank},
+                               {"gpus", r.gpus},
+                               {"gpu_uuids", r.gpu_uuids},
+                               {"pid", r.pid},
+                               {"state", r.state},
+                               {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nlohmann::json(nullptr)},
+                               {"signal", r.signal ? nlohmann::json(*r.signal) : nlohmann::json(nullptr)}});
+  }
+  return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Result<std::vector<RankRecord>> ranks_from_json(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) return make_error(ErrorCode::InvalidArgument, "ranks column is not a JSON list");
+  std::vector<RankRecord> out;
+  try {
+  for (const auto& e : j) {
+    if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer() || !e.contains("node") ||
+        !e["node"].is_string()) {
+      return make_error(ErrorCode::InvalidArgument, "ranks column holds a malformed rank");
+    }
+    RankRecord r;
+    r.rank = e["rank"].get<int>();
+    r.node = e["node"].get<std::string>();
+    r.local_rank = e.value("local_rank", 0);
+    if (e.contains("gpus") && e["gpus"].is_array()) {
+      for (const auto& g : e["gpus"]) {
+        if (g.is_number_integer()) r.gpus.push_back(g.get<int>());
+      }
+    }
+    if (e.contains("gpu_uuids") && e["gpu_uuids"].is_array()) {
+      for (const auto& u : e["gpu_uuids"]) {
+        if (u.is_string()) r.gpu_uuids.push_back(u.get<std::string>());
+      }
+    }
+    r.pid = e.value("pid", 0);
+    r.state = e.value("state", std::string("PENDING"));
+    if (e.contains("exit_code") && e["exit_code"].is_number_integer()) r.exit_code = e["exit_code"].get<int>();
+    if (e.contains("signal") && e["signal"].is_number_integer()) r.signal = e["signal"].get<int>();
+    out.push_back(std::move(r));
+  }
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(ErrorCode::InvalidArgument, std::string("ranks column: ") + e.what());
+  }
+  return out;
 }
 
 }  // namespace corral::store

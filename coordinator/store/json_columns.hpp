@@ -17,6 +17,10 @@ std::string allocation_to_json(const model::Allocation& allocation);
 [[nodiscard]] Result<model::Allocation> allocation_from_json(std::string_view text);
 
 std::string gpus_to_json(const std::vector<model::Gpu>& gpus);
+
+struct RankRecord;
+std::string ranks_to_json(const std::vector<RankRecord>& ranks);
+[[nodiscard]] Result<std::vector<RankRecord>> ranks_from_json(std::string_view text);
 [[nodiscard]] Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text);
 
 }  // namespace corral::store

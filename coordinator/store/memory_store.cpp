@@ -102,6 +102,37 @@ Result<void> MemoryStore::apply(const UpsertNode& m) {
   return {};
 }
 
+Result<void> MemoryStore::apply(const UpsertUser& m) {
+  if (auto ok = check_user(m.user); !ok) return ok;
+  for (const auto& [name, user] : users_) {
+    if (name != m.user.name && user.token_hash == m.user.token_hash) return std::unexpected(token_taken_error(name));
+  }
+  std::optional<User> before;
+  if (auto it = users_.find(m.user.name); it != users_.end()) before = it->second;
+  users_.insert_or_assign(m.user.name, m.user);
+  undo_.push_back([this, name = m.user.name, before = std::move(before)]() mutable {
+    if (before) {
+      users_.insert_or_assign(name, std::move(*before));
+    } else {
+      users_.erase(name);
+    }
+  });
+  return {};
+}
+
+Result<std::optional<User>> MemoryStore::user_by_token_hash(const std::string& token_hash) {
+  for (const auto& [name, user] : users_) {
+    if (user.token_hash == token_hash) return std::optional<User>(user);
+  }
+  return std::optional<User>();
+}
+
+Result<std::vector<User>> MemoryStore::users() {
+  std::vector<User> out;
+  for (const auto& [name, user] : users_) out.push_back(user);
+  return out;
+}
+
 Result<Snapshot> MemoryStore::load() {
   Snapshot snap;
   for (const auto& [name, node] : nodes_) snap.nodes.push_back(node);

@@ -23,12 +23,15 @@ class MemoryStore final : public Store {
   Result<std::optional<JobRecord>> job(model::JobId id) override;
   Result<std::vector<JobRecord>> jobs(const JobQuery& query) override;
   Result<std::vector<JobEvent>> events(model::JobId id) override;
+  Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) override;
+  Result<std::vector<User>> users() override;
 
  private:
   Result<void> apply_change(const Change& change);
   Result<void> apply(const InsertJob& m);
   Result<void> apply(const UpdateJob& m);
   Result<void> apply(const AppendEvent& m);
+  Result<void> apply(const UpsertUser& m);
   Result<void> apply(const UpsertNode& m);
   Result<void> hold_resources(const JobRecord& job);
   // Sets jobs_[job.id] and records how to put back what was there.
@@ -39,6 +42,7 @@ class MemoryStore final : public Store {
   std::map<std::string, model::Node, std::less<>> nodes_;
   std::map<GpuKey, model::JobId> gpu_holds_;
   std::map<PortKey, model::JobId> port_holds_;
+  std::map<std::string, User> users_;
   // Undo steps of the change being applied, run in reverse when it fails.
   std::vector<std::function<void()>> undo_;
 };

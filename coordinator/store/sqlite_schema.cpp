@@ -68,8 +68,21 @@ CREATE TABLE port_holds (
 CREATE INDEX port_holds_by_job ON port_holds (job_id);
 )sql";
 
+// Version 2: each job's ranks (JSON list, the current attempt's), and the users who may
+// call the API, with their tokens stored only as SHA-256 hashes.
+constexpr std::string_view kMigration2 = R"sql(
+ALTER TABLE jobs ADD COLUMN ranks TEXT NOT NULL DEFAULT '[]';
+
+CREATE TABLE users (
+  name       TEXT    PRIMARY KEY NOT NULL,
+  token_hash TEXT    NOT NULL UNIQUE,
+  admin      INTEGER NOT NULL
+) STRICT;
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
+    {2, kMigration2},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

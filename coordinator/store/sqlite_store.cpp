@@ -16,15 +16,15 @@ namespace {
 // Column order of every job SELECT and of the ?1..?15 parameters of INSERT and UPDATE.
 constexpr std::string_view kSelectJob =
     "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
-    "allocation, nccl_id, failed_rank, failed_node, exit_code FROM jobs ";
+    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks FROM jobs ";
 constexpr std::string_view kInsertJob =
     "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
-    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
 constexpr std::string_view kUpdateJob =
     "UPDATE jobs SET user = ?2, name = ?3, spec_yaml = ?4, state = ?5, reason = ?6, attempt = ?7, "
     "submitted_at = ?8, started_at = ?9, ended_at = ?10, allocation = ?11, nccl_id = ?12, failed_rank = ?13, "
-    "failed_node = ?14, exit_code = ?15 WHERE id = ?1";
+    "failed_node = ?14, exit_code = ?15, ranks = ?16 WHERE id = ?1";
 constexpr std::string_view kUpsertNode =
     "INSERT INTO nodes (name, address, state, reason, simulated, port_first, port_last, gpus) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -84,7 +84,8 @@ void bind_job(SqliteStatement& stmt, const JobRecord& job) {
       .bind(12, job.nccl_id)
       .bind(13, optional_int(job.failed_rank))
       .bind(14, job.failed_node)
-      .bind(15, optional_int(job.exit_code));
+      .bind(15, optional_int(job.exit_code))
+      .bind(16, ranks_to_json(job.ranks));
 }
 
 // Values we wrote ourselves; a mismatch means the file was damaged or edited by hand.
@@ -117,6 +118,9 @@ Result<JobRecord> read_job(const SqliteStatement& stmt) {
   if (auto v = stmt.optional_int64(12)) job.failed_rank = static_cast<int>(*v);
   job.failed_node = stmt.text(13);
   if (auto v = stmt.optional_int64(14)) job.exit_code = static_cast<int>(*v);
+  auto ranks = ranks_from_json(stmt.text(15));
+  if (!ranks) return make_error(ErrorCode::Internal, context(ranks.error().message()));
+  job.ranks = std::move(*ranks);
   return job;
 }
 
@@ -362,7 +366,48 @@ Result<void> SqliteStore::apply(const UpsertNode& m) {
   return {};
 }
 
+Result<void> SqliteStore::apply(const UpsertUser& m) {
+  const User& user = m.user;
+  if (auto ok = check_user(user); !ok) return ok;
+  auto holder = db_->prepare("SELECT name FROM users WHERE token_hash = ?1 AND name <> ?2");
+  if (!holder) return std::unexpected(holder.error());
+  (*holder)->bind(1, user.token_hash).bind(2, user.name);
+  auto row = (*holder)->step();
+  if (!row) return std::unexpected(row.error().with_context("upsert user " + user.name));
+  if (*row) return std::unexpected(token_taken_error((*holder)->text(0)));
+  holder->reset();
+  auto stmt = db_->prepare(
+      "INSERT INTO users (name, token_hash, admin) VALUES (?1, ?2, ?3) "
+      "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, user.name).bind(2, user.token_hash).bind(3, std::int64_t{user.admin ? 1 : 0});
+  if (auto ok = (*stmt)->run(); !ok) return std::unexpected(ok.error().with_context("upsert user " + user.name));
+  return {};
+}
+
 // ---- reads ----
+
+Result<std::optional<User>> SqliteStore::user_by_token_hash(const std::string& token_hash) {
+  auto stmt = db_->prepare("SELECT name, token_hash, admin FROM users WHERE token_hash = ?1");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, token_hash);
+  auto row = (*stmt)->step();
+  if (!row) return std::unexpected(row.error().with_context("read user"));
+  if (!*row) return std::optional<User>();
+  return std::optional<User>(User{(*stmt)->text(0), (*stmt)->text(1), (*stmt)->int64(2) != 0});
+}
+
+Result<std::vector<User>> SqliteStore::users() {
+  auto stmt = db_->prepare("SELECT name, token_hash, admin FROM users ORDER BY name");
+  if (!stmt) return std::unexpected(stmt.error());
+  std::vector<User> out;
+  while (true) {
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("read users"));
+    if (!*row) return out;
+    out.push_back({(*stmt)->text(0), (*stmt)->text(1), (*stmt)->int64(2) != 0});
+  }
+}
 
 Result<std::vector<JobRecord>> SqliteStore::select_jobs(std::string_view sql, const JobQuery& query) {
   auto stmt = db_->prepare(sql);

@@ -39,6 +39,8 @@ class SqliteStore final : public Store {
   Result<std::optional<JobRecord>> job(model::JobId id) override;
   Result<std::vector<JobRecord>> jobs(const JobQuery& query) override;
   Result<std::vector<JobEvent>> events(model::JobId id) override;
+  Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) override;
+  Result<std::vector<User>> users() override;
 
   // For diagnostics and tests: the value of `PRAGMA <name>` on this connection as text
   // ("journal_mode" -> "wal", "synchronous" -> "2"). InvalidArgument unless name is
@@ -53,6 +55,7 @@ class SqliteStore final : public Store {
   Result<void> apply(const InsertJob& m);
   Result<void> apply(const UpdateJob& m);
   Result<void> apply(const AppendEvent& m);
+  Result<void> apply(const UpsertUser& m);
   Result<void> apply(const UpsertNode& m);
   Result<void> hold_resources(const JobRecord& job);
   Result<std::vector<JobRecord>> select_jobs(std::string_view sql, const JobQuery& query);

@@ -19,6 +19,30 @@
 
 namespace corral::store {
 
+// One rank of a job's current attempt, as the agents report it.
+struct RankRecord {
+  int rank = 0;
+  std::string node;
+  int local_rank = 0;
+  std::vector<int> gpus;
+  std::vector<std::string> gpu_uuids;
+  int pid = 0;                                // 0 until started
+  std::string state = "PENDING";              // PENDING, RUNNING, EXITED, KILLED
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+
+  bool operator==(const RankRecord&) const = default;
+};
+
+// A person who may use the API. Tokens are stored only as SHA-256 hashes.
+struct User {
+  std::string name;                           // also the Unix user jobs run as
+  std::string token_hash;                     // lowercase hex SHA-256 of the bearer token
+  bool admin = false;
+
+  bool operator==(const User&) const = default;
+};
+
 struct JobRecord {
   model::JobId id = 0;                        // assigned by the caller, unique, > 0
   std::string user;
@@ -36,6 +60,7 @@ struct JobRecord {
   std::optional<int> failed_rank;
   std::string failed_node;
   std::optional<int> exit_code;
+  std::vector<RankRecord> ranks;              // of the current attempt; empty while PENDING
 
   bool operator==(const JobRecord&) const = default;
 };
@@ -70,7 +95,12 @@ struct UpsertNode {
   model::Node node;
 };
 
-using Mutation = std::variant<InsertJob, UpdateJob, AppendEvent, UpsertNode>;
+// Inserts or replaces a user (by name). Conflict if another user has the same token hash.
+struct UpsertUser {
+  User user;
+};
+
+using Mutation = std::variant<InsertJob, UpdateJob, AppendEvent, UpsertNode, UpsertUser>;
 
 // One state change: all of its mutations commit together or not at all.
 struct Change {
@@ -105,6 +135,9 @@ class Store {
   virtual Result<std::vector<JobRecord>> jobs(const JobQuery& query) = 0;
   // In the order they were appended.
   virtual Result<std::vector<JobEvent>> events(model::JobId id) = 0;
+  virtual Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) = 0;
+  // Ordered by name.
+  virtual Result<std::vector<User>> users() = 0;
 };
 
 }  // namespace corral::store

@@ -55,4 +55,19 @@ Error port_held_error(const PortKey& port, model::JobId holder, model::JobId job
                                         std::to_string(job));
 }
 
+Result<void> check_user(const User& user) {
+  constexpr std::string_view kName = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+  if (user.name.empty() || user.name.size() > 64 || user.name.find_first_not_of(kName) != std::string::npos) {
+    return make_error(ErrorCode::InvalidArgument, "user name must be 1 to 64 of [A-Za-z0-9._-], got \"" + user.name + "\"");
+  }
+  if (user.token_hash.size() != 64 || user.token_hash.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return make_error(ErrorCode::InvalidArgument, "user " + user.name + ": token hash must be 64 lowercase hex characters");
+  }
+  return {};
+}
+
+Error token_taken_error(const std::string& holder) {
+  return Error(ErrorCode::Conflict, "that token already belongs to user " + holder);
+}
+
 }  // namespace corral::store

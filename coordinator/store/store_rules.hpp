@@ -35,6 +35,9 @@ struct PortKey {
 std::vector<GpuKey> gpus_held_by(const JobRecord& job);
 std::optional<PortKey> port_held_by(const JobRecord& job);
 
+// InvalidArgument unless the name is 1..64 of [A-Za-z0-9._-] and the hash 64 lowercase hex.
+[[nodiscard]] Result<void> check_user(const User& user);
+Error token_taken_error(const std::string& holder);
 Error job_exists_error(model::JobId id);
 Error job_not_found_error(model::JobId id, std::string_view action);
 // holder == job: the allocation lists the GPU twice (InvalidArgument); otherwise another

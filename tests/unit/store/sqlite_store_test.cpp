@@ -237,3 +237,32 @@ TEST(SqliteStore, DoubleHoldIsImpossibleEvenBypassingTheStore) {
 
 }  // namespace
 }  // namespace corral::store
+
+namespace corral::store {
+namespace {
+
+TEST(SqliteStore, AVersionOneDatabaseIsMigratedKeepingItsJobs) {
+  testing::TempDir dir;
+  std::string path = dir.file("v1.db");
+  {
+    // A database as the first release wrote it: migration 1 only, one job in it.
+    std::ofstream(path).flush();  // an empty file is an empty database to SQLite
+    RawDb raw(path);
+    raw.exec(std::string(sqlite_migrations()[0].sql));
+    raw.exec("PRAGMA user_version = 1");
+    raw.exec("INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, nccl_id, "
+             "failed_node) VALUES (3, 'ada', 'old', 'name: old', 'PENDING', '', 0, 1000, '', '')");
+  }
+  auto store = open_ok(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->pragma("user_version").value(), "2");
+  auto job = store->job(3);
+  ASSERT_TRUE(job.has_value() && job->has_value());
+  EXPECT_EQ((*job)->name, "old");
+  EXPECT_TRUE((*job)->ranks.empty());
+  ASSERT_TRUE(store->commit(Change{{UpsertUser{{"ada", std::string(64, 'a'), true}}}}).has_value());
+  EXPECT_EQ(store->users()->size(), 1u);
+}
+
+}  // namespace
+}  // namespace corral::store

@@ -523,3 +523,73 @@ TYPED_TEST(StoreContract, LaterChangeInABatchSeesEarlierOnes) {
 
 }  // namespace
 }  // namespace corral::store
+
+namespace corral::store {
+namespace {
+
+// ---- ranks and users (schema version 2) ----
+
+std::string hash_of(char c) { return std::string(64, c); }
+
+template <typename Impl>
+class StoreContractV2 : public StoreContract<Impl> {};
+TYPED_TEST_SUITE(StoreContractV2, Implementations, ImplName);
+
+TYPED_TEST(StoreContractV2, RanksRoundTripWithTheirOptionalFields) {
+  JobRecord job = every_field(5);
+  RankRecord started{0, "gpu-a", 0, {0}, {"GPU-0"}, 4242, "RUNNING", std::nullopt, std::nullopt};
+  RankRecord exited{1, "gpu-b", 1, {2, 3}, {"GPU-2", "GPU-3"}, 4243, "EXITED", 0, std::nullopt};
+  RankRecord killed{2, "gpu-b", 0, {}, {}, 0, "KILLED", std::nullopt, 9};
+  job.ranks = {started, exited, killed};
+  this->insert(job);
+  EXPECT_EQ(this->read(5), job);
+  job.ranks.clear();
+  this->update(job);
+  EXPECT_TRUE(this->read(5)->ranks.empty());
+}
+
+TYPED_TEST(StoreContractV2, UsersAreFoundByTokenHashAndReplacedByName) {
+  this->commit_ok(change(UpsertUser{{"alice", hash_of('a'), false}}));
+  this->commit_ok(change(UpsertUser{{"root", hash_of('b'), true}}));
+  auto alice = this->store_->user_by_token_hash(hash_of('a'));
+  ASSERT_TRUE(alice.has_value());
+  ASSERT_TRUE(alice->has_value());
+  EXPECT_EQ((*alice)->name, "alice");
+  EXPECT_FALSE((*alice)->admin);
+  // A new token for alice replaces the old one.
+  this->commit_ok(change(UpsertUser{{"alice", hash_of('c'), true}}));
+  EXPECT_FALSE(this->store_->user_by_token_hash(hash_of('a'))->has_value());
+  EXPECT_TRUE((*this->store_->user_by_token_hash(hash_of('c')))->admin);
+  auto all = this->store_->users();
+  ASSERT_TRUE(all.has_value());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].name, "alice");
+  EXPECT_EQ((*all)[1].name, "root");
+}
+
+TYPED_TEST(StoreContractV2, AnotherUsersTokenIsConflictAndBadUsersAreRefused) {
+  this->commit_ok(change(UpsertUser{{"alice", hash_of('a'), false}}));
+  auto taken = this->store_->commit(change(UpsertUser{{"bob", hash_of('a'), false}}));
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_EQ(taken.error().code(), ErrorCode::Conflict);
+  EXPECT_EQ(taken.error().message(), "that token already belongs to user alice");
+  auto bad_name = this->store_->commit(change(UpsertUser{{"al ice", hash_of('d'), false}}));
+  ASSERT_FALSE(bad_name.has_value());
+  EXPECT_EQ(bad_name.error().code(), ErrorCode::InvalidArgument);
+  auto bad_hash = this->store_->commit(change(UpsertUser{{"carol", "not-a-hash", false}}));
+  ASSERT_FALSE(bad_hash.has_value());
+  EXPECT_EQ(bad_hash.error().code(), ErrorCode::InvalidArgument);
+  EXPECT_EQ(this->store_->users()->size(), 1u);
+}
+
+TYPED_TEST(StoreContractV2, AUserChangeRollsBackWithItsFailingChange) {
+  Change c;
+  c.mutations.emplace_back(UpsertUser{{"dave", hash_of('e'), false}});
+  c.mutations.emplace_back(UpdateJob{pending(999)});  // no such job: the change fails
+  auto r = this->store_->commit(c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_FALSE(this->store_->user_by_token_hash(hash_of('e'))->has_value());
+}
+
+}  // namespace
+}  // namespace corral::store
