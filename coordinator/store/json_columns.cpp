@@ -1,6 +1,6 @@
 #include "coordinator/store/json_columns.hpp"
 
-#include "coordinator/store/store.hpp"
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -94,55 +94,45 @@ Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text) {
 }
 
 std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
-  nlohmann::json a = nlohmann::json::array();
+  auto optional_int = [](const std::optional<int>& v) { return v ? json(*v) : json(nullptr); };
+  json doc = json::array();
   for (const auto& r : ranks) {
-    a.push_back(nlohmann::json{{"rank", r.rank},
-                               {"node", r.node},
-                               {"local_rank", r.local_rank},
-                               {"gpus", r.gpus},
-                               {"gpu_uuids", r.gpu_uuids},
-                               {"pid", r.pid},
-                               {"state", r.state},
-                               {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nlohmann::json(nullptr)},
-                               {"signal", r.signal ? nlohmann::json(*r.signal) : nlohmann::json(nullptr)}});
+    doc.push_back({{"rank", r.rank},
+                   {"node", r.node},
+                   {"local_rank", r.local_rank},
+                   {"gpus", r.gpus},
+                   {"gpu_uuids", r.gpu_uuids},
+                   {"pid", r.pid},
+                   {"state", r.state},
+                   {"exit_code", optional_int(r.exit_code)},
+                   {"signal", optional_int(r.signal)}});
   }
-  return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return dump(doc);
 }
 
 Result<std::vector<RankRecord>> ranks_from_json(std::string_view text) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_array()) return make_error(ErrorCode::InvalidArgument, "ranks column is not a JSON list");
-  std::vector<RankRecord> out;
-  try {
-  for (const auto& e : j) {
-    if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer() || !e.contains("node") ||
-        !e["node"].is_string()) {
-      return make_error(ErrorCode::InvalidArgument, "ranks column holds a malformed rank");
+  return decode<std::vector<RankRecord>>(text, "ranks", json::value_t::array, [](const json& doc) {
+    // Every key is required, null included: a missing one means we did not write this.
+    auto optional_int = [](const json& v) -> std::optional<int> {
+      if (v.is_null()) return std::nullopt;
+      return v.get<int>();
+    };
+    std::vector<RankRecord> ranks;
+    for (const auto& r : doc) {
+      RankRecord rank;
+      rank.rank = r.at("rank").get<int>();
+      rank.node = r.at("node").get<std::string>();
+      rank.local_rank = r.at("local_rank").get<int>();
+      rank.gpus = r.at("gpus").get<std::vector<int>>();
+      rank.gpu_uuids = r.at("gpu_uuids").get<std::vector<std::string>>();
+      rank.pid = r.at("pid").get<int>();
+      rank.state = r.at("state").get<std::string>();
+      rank.exit_code = optional_int(r.at("exit_code"));
+      rank.signal = optional_int(r.at("signal"));
+      ranks.push_back(std::move(rank));
     }
-    RankRecord r;
-    r.rank = e["rank"].get<int>();
-    r.node = e["node"].get<std::string>();
-    r.local_rank = e.value("local_rank", 0);
-    if (e.contains("gpus") && e["gpus"].is_array()) {
-      for (const auto& g : e["gpus"]) {
-        if (g.is_number_integer()) r.gpus.push_back(g.get<int>());
-      }
-    }
-    if (e.contains("gpu_uuids") && e["gpu_uuids"].is_array()) {
-      for (const auto& u : e["gpu_uuids"]) {
-        if (u.is_string()) r.gpu_uuids.push_back(u.get<std::string>());
-      }
-    }
-    r.pid = e.value("pid", 0);
-    r.state = e.value("state", std::string("PENDING"));
-    if (e.contains("exit_code") && e["exit_code"].is_number_integer()) r.exit_code = e["exit_code"].get<int>();
-    if (e.contains("signal") && e["signal"].is_number_integer()) r.signal = e["signal"].get<int>();
-    out.push_back(std::move(r));
-  }
-  } catch (const nlohmann::json::exception& e) {
-    return make_error(ErrorCode::InvalidArgument, std::string("ranks column: ") + e.what());
-  }
-  return out;
+    return ranks;
+  });
 }
 
 }  // namespace corral::store

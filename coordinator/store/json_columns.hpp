@@ -1,5 +1,5 @@
 #pragma once
-// The JSON text stored in SqliteStore's allocation and gpus columns. nlohmann::json stays
+// The JSON text stored in SqliteStore's allocation, gpus and ranks columns. nlohmann::json stays
 // inside json_columns.cpp; callers see strings and model types only.
 
 #include <string>
@@ -9,6 +9,7 @@
 #include "common/core/error.hpp"
 #include "common/model/inventory.hpp"
 #include "common/model/job.hpp"
+#include "coordinator/store/store.hpp"
 
 namespace corral::store {
 
@@ -17,10 +18,10 @@ std::string allocation_to_json(const model::Allocation& allocation);
 [[nodiscard]] Result<model::Allocation> allocation_from_json(std::string_view text);
 
 std::string gpus_to_json(const std::vector<model::Gpu>& gpus);
+[[nodiscard]] Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text);
 
-struct RankRecord;
+// A list of RankRecord; an absent exit code or signal is stored as null.
 std::string ranks_to_json(const std::vector<RankRecord>& ranks);
 [[nodiscard]] Result<std::vector<RankRecord>> ranks_from_json(std::string_view text);
-[[nodiscard]] Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text);
 
 }  // namespace corral::store

@@ -105,7 +105,9 @@ Result<void> MemoryStore::apply(const UpsertNode& m) {
 Result<void> MemoryStore::apply(const UpsertUser& m) {
   if (auto ok = check_user(m.user); !ok) return ok;
   for (const auto& [name, user] : users_) {
-    if (name != m.user.name && user.token_hash == m.user.token_hash) return std::unexpected(token_taken_error(name));
+    if (user.token_hash == m.user.token_hash && name != m.user.name) {
+      return std::unexpected(token_taken_error(name, m.user.name));
+    }
   }
   std::optional<User> before;
   if (auto it = users_.find(m.user.name); it != users_.end()) before = it->second;
@@ -118,19 +120,6 @@ Result<void> MemoryStore::apply(const UpsertUser& m) {
     }
   });
   return {};
-}
-
-Result<std::optional<User>> MemoryStore::user_by_token_hash(const std::string& token_hash) {
-  for (const auto& [name, user] : users_) {
-    if (user.token_hash == token_hash) return std::optional<User>(user);
-  }
-  return std::optional<User>();
-}
-
-Result<std::vector<User>> MemoryStore::users() {
-  std::vector<User> out;
-  for (const auto& [name, user] : users_) out.push_back(user);
-  return out;
 }
 
 Result<Snapshot> MemoryStore::load() {
@@ -163,6 +152,19 @@ Result<std::vector<JobEvent>> MemoryStore::events(model::JobId id) {
   auto it = events_.find(id);
   if (it == events_.end()) return std::vector<JobEvent>();
   return it->second;
+}
+
+Result<std::optional<User>> MemoryStore::user_by_token_hash(const std::string& token_hash) {
+  for (const auto& [name, user] : users_) {
+    if (user.token_hash == token_hash) return std::optional<User>(user);
+  }
+  return std::optional<User>();
+}
+
+Result<std::vector<User>> MemoryStore::users() {
+  std::vector<User> out;
+  for (const auto& [name, user] : users_) out.push_back(user);
+  return out;
 }
 
 }  // namespace corral::store

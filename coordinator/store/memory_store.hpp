@@ -31,8 +31,8 @@ class MemoryStore final : public Store {
   Result<void> apply(const InsertJob& m);
   Result<void> apply(const UpdateJob& m);
   Result<void> apply(const AppendEvent& m);
-  Result<void> apply(const UpsertUser& m);
   Result<void> apply(const UpsertNode& m);
+  Result<void> apply(const UpsertUser& m);
   Result<void> hold_resources(const JobRecord& job);
   // Sets jobs_[job.id] and records how to put back what was there.
   void put_job(JobRecord job);
@@ -42,7 +42,7 @@ class MemoryStore final : public Store {
   std::map<std::string, model::Node, std::less<>> nodes_;
   std::map<GpuKey, model::JobId> gpu_holds_;
   std::map<PortKey, model::JobId> port_holds_;
-  std::map<std::string, User> users_;
+  std::map<std::string, User, std::less<>> users_;  // by name, hence users() in name order
   // Undo steps of the change being applied, run in reverse when it fails.
   std::vector<std::function<void()>> undo_;
 };

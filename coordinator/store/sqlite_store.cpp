@@ -13,7 +13,7 @@ namespace corral::store {
 
 namespace {
 
-// Column order of every job SELECT and of the ?1..?15 parameters of INSERT and UPDATE.
+// Column order of every job SELECT and of the ?1..?16 parameters of INSERT and UPDATE.
 constexpr std::string_view kSelectJob =
     "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
     "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks FROM jobs ";
@@ -31,6 +31,10 @@ constexpr std::string_view kUpsertNode =
     "ON CONFLICT (name) DO UPDATE SET address = excluded.address, state = excluded.state, "
     "reason = excluded.reason, simulated = excluded.simulated, port_first = excluded.port_first, "
     "port_last = excluded.port_last, gpus = excluded.gpus";
+constexpr std::string_view kSelectUser = "SELECT name, token_hash, admin FROM users ";
+constexpr std::string_view kUpsertUser =
+    "INSERT INTO users (name, token_hash, admin) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin";
 
 // "'PENDING', 'STARTING', 'RUNNING'", derived from the model so that a new state cannot be
 // forgotten here.
@@ -143,6 +147,10 @@ Result<model::Node> read_node(const SqliteStatement& stmt) {
   if (!gpus) return make_error(ErrorCode::Internal, "node " + node.name + ": " + gpus.error().message());
   node.gpus = std::move(*gpus);
   return node;
+}
+
+User read_user(const SqliteStatement& stmt) {
+  return User{stmt.text(0), stmt.text(1), stmt.int64(2) != 0};
 }
 
 }  // namespace
@@ -369,45 +377,25 @@ Result<void> SqliteStore::apply(const UpsertNode& m) {
 Result<void> SqliteStore::apply(const UpsertUser& m) {
   const User& user = m.user;
   if (auto ok = check_user(user); !ok) return ok;
-  auto holder = db_->prepare("SELECT name FROM users WHERE token_hash = ?1 AND name <> ?2");
-  if (!holder) return std::unexpected(holder.error());
-  (*holder)->bind(1, user.token_hash).bind(2, user.name);
-  auto row = (*holder)->step();
-  if (!row) return std::unexpected(row.error().with_context("upsert user " + user.name));
-  if (*row) return std::unexpected(token_taken_error((*holder)->text(0)));
-  holder->reset();
-  auto stmt = db_->prepare(
-      "INSERT INTO users (name, token_hash, admin) VALUES (?1, ?2, ?3) "
-      "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin");
+  auto context = "upsert user " + user.name;
+  {
+    // Looked for first rather than left to the UNIQUE constraint, so the Conflict can
+    // name who holds the token.
+    auto holder = db_->prepare("SELECT name FROM users WHERE token_hash = ?1 AND name <> ?2");
+    if (!holder) return std::unexpected(holder.error());
+    (*holder)->bind(1, user.token_hash).bind(2, user.name);
+    auto row = (*holder)->step();
+    if (!row) return std::unexpected(row.error().with_context(context));
+    if (*row) return std::unexpected(token_taken_error((*holder)->text(0), user.name));
+  }
+  auto stmt = db_->prepare(kUpsertUser);
   if (!stmt) return std::unexpected(stmt.error());
   (*stmt)->bind(1, user.name).bind(2, user.token_hash).bind(3, std::int64_t{user.admin ? 1 : 0});
-  if (auto ok = (*stmt)->run(); !ok) return std::unexpected(ok.error().with_context("upsert user " + user.name));
+  if (auto ok = (*stmt)->run(); !ok) return std::unexpected(ok.error().with_context(context));
   return {};
 }
 
 // ---- reads ----
-
-Result<std::optional<User>> SqliteStore::user_by_token_hash(const std::string& token_hash) {
-  auto stmt = db_->prepare("SELECT name, token_hash, admin FROM users WHERE token_hash = ?1");
-  if (!stmt) return std::unexpected(stmt.error());
-  (*stmt)->bind(1, token_hash);
-  auto row = (*stmt)->step();
-  if (!row) return std::unexpected(row.error().with_context("read user"));
-  if (!*row) return std::optional<User>();
-  return std::optional<User>(User{(*stmt)->text(0), (*stmt)->text(1), (*stmt)->int64(2) != 0});
-}
-
-Result<std::vector<User>> SqliteStore::users() {
-  auto stmt = db_->prepare("SELECT name, token_hash, admin FROM users ORDER BY name");
-  if (!stmt) return std::unexpected(stmt.error());
-  std::vector<User> out;
-  while (true) {
-    auto row = (*stmt)->step();
-    if (!row) return std::unexpected(row.error().with_context("read users"));
-    if (!*row) return out;
-    out.push_back({(*stmt)->text(0), (*stmt)->text(1), (*stmt)->int64(2) != 0});
-  }
-}
 
 Result<std::vector<JobRecord>> SqliteStore::select_jobs(std::string_view sql, const JobQuery& query) {
   auto stmt = db_->prepare(sql);
@@ -489,6 +477,31 @@ Result<Snapshot> SqliteStore::load() {
   if (!snap) return std::unexpected(snap.error().with_context("load"));
   if (!ended) return std::unexpected(ended.error().with_context("load"));
   return snap;
+}
+
+Result<std::optional<User>> SqliteStore::user_by_token_hash(const std::string& token_hash) {
+  // token_hash is UNIQUE, so this is a lookup in its index, not a scan.
+  static const std::string sql = std::string(kSelectUser) + "WHERE token_hash = ?1";
+  auto stmt = db_->prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, token_hash);
+  auto row = (*stmt)->step();
+  if (!row) return std::unexpected(row.error().with_context("read user by token"));
+  if (!*row) return std::optional<User>();
+  return std::optional<User>(read_user(**stmt));
+}
+
+Result<std::vector<User>> SqliteStore::users() {
+  static const std::string sql = std::string(kSelectUser) + "ORDER BY name";
+  auto stmt = db_->prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  std::vector<User> users;
+  while (true) {
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("read users"));
+    if (!*row) return users;
+    users.push_back(read_user(**stmt));
+  }
 }
 
 }  // namespace corral::store

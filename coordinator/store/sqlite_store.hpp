@@ -55,8 +55,8 @@ class SqliteStore final : public Store {
   Result<void> apply(const InsertJob& m);
   Result<void> apply(const UpdateJob& m);
   Result<void> apply(const AppendEvent& m);
-  Result<void> apply(const UpsertUser& m);
   Result<void> apply(const UpsertNode& m);
+  Result<void> apply(const UpsertUser& m);
   Result<void> hold_resources(const JobRecord& job);
   Result<std::vector<JobRecord>> select_jobs(std::string_view sql, const JobQuery& query);
 

@@ -1,5 +1,7 @@
 #include "coordinator/store/store_rules.hpp"
 
+#include <algorithm>
+
 namespace corral::store {
 
 Result<void> check_job_record(const JobRecord& job) {
@@ -55,19 +57,39 @@ Error port_held_error(const PortKey& port, model::JobId holder, model::JobId job
                                         std::to_string(job));
 }
 
+namespace {
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+
+bool is_lower_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+}  // namespace
+
 Result<void> check_user(const User& user) {
-  constexpr std::string_view kName = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
-  if (user.name.empty() || user.name.size() > 64 || user.name.find_first_not_of(kName) != std::string::npos) {
-    return make_error(ErrorCode::InvalidArgument, "user name must be 1 to 64 of [A-Za-z0-9._-], got \"" + user.name + "\"");
+  constexpr std::size_t kMaxName = 64;
+  if (user.name.empty() || user.name.size() > kMaxName ||
+      !std::all_of(user.name.begin(), user.name.end(), is_name_char)) {
+    // A bad name may be long or hold control characters: say what is wrong, not the name.
+    return make_error(ErrorCode::InvalidArgument,
+                      "user name must be 1 to 64 characters of [A-Za-z0-9._-] (got " +
+                          std::to_string(user.name.size()) + " characters)");
   }
-  if (user.token_hash.size() != 64 || user.token_hash.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    return make_error(ErrorCode::InvalidArgument, "user " + user.name + ": token hash must be 64 lowercase hex characters");
+  if (user.token_hash.size() != 64 ||
+      !std::all_of(user.token_hash.begin(), user.token_hash.end(), is_lower_hex)) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "user " + user.name + ": token hash must be 64 lowercase hex characters (a SHA-256)");
   }
   return {};
 }
 
-Error token_taken_error(const std::string& holder) {
-  return Error(ErrorCode::Conflict, "that token already belongs to user " + holder);
+Error token_taken_error(std::string_view holder, std::string_view user) {
+  return Error(ErrorCode::Conflict,
+               "user " + std::string(user) + ": that token already belongs to user " + std::string(holder));
 }
 
 }  // namespace corral::store

@@ -1,10 +1,12 @@
 #pragma once
 // The rules both Store implementations enforce, and their error messages, written once so
-// that SqliteStore and MemoryStore cannot drift apart: what a job record must satisfy,
-// which GPUs and port it holds, and how a refused hold or a missing job is reported.
+// that SqliteStore and MemoryStore cannot drift apart: what a job record and a user must
+// satisfy, which GPUs and port a job holds, and how a refused hold, a taken token or a
+// missing job is reported.
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/core/error.hpp"
@@ -35,9 +37,12 @@ struct PortKey {
 std::vector<GpuKey> gpus_held_by(const JobRecord& job);
 std::optional<PortKey> port_held_by(const JobRecord& job);
 
-// InvalidArgument unless the name is 1..64 of [A-Za-z0-9._-] and the hash 64 lowercase hex.
+// What UpsertUser accepts: a name of 1 to 64 characters of [A-Za-z0-9._-] (it is also a
+// Unix user name) and a token hash of exactly 64 lowercase hex characters.
 [[nodiscard]] Result<void> check_user(const User& user);
-Error token_taken_error(const std::string& holder);
+// Conflict: `user` was given a token hash that `holder` already has. Names the holder,
+// never the hash, which would help whoever reads the log to impersonate them.
+Error token_taken_error(std::string_view holder, std::string_view user);
 Error job_exists_error(model::JobId id);
 Error job_not_found_error(model::JobId id, std::string_view action);
 // holder == job: the allocation lists the GPU twice (InvalidArgument); otherwise another

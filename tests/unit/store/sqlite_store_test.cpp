@@ -21,8 +21,8 @@ using ::testing::HasSubstr;
 // the store says.
 class RawDb {
  public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+  explicit RawDb(const std::string& path, int flags = SQLITE_OPEN_READWRITE) {
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
       ADD_FAILURE() << "sqlite3_open_v2 " << path << ": " << sqlite3_errmsg(db_);
     }
   }
@@ -30,6 +30,11 @@ class RawDb {
   RawDb(const RawDb&) = delete;
   RawDb& operator=(const RawDb&) = delete;
 
+  // The extended result code, for statements expected to fail.
+  int try_exec(const std::string& sql) {
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
+    return rc == SQLITE_OK ? rc : sqlite3_extended_errcode(db_);
+  }
   void exec(const std::string& sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
@@ -37,14 +42,17 @@ class RawDb {
     }
     sqlite3_free(err);
   }
-  std::string text(const std::string& sql) {
+  // Column `column` of the first row; empty when there is no row.
+  std::string text(const std::string& sql, int column = 0) {
     sqlite3_stmt* stmt = nullptr;
     std::string out;
     if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
       ADD_FAILURE() << sql << ": " << sqlite3_errmsg(db_);
       return out;
     }
-    if (sqlite3_step(stmt) == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, column) != SQLITE_NULL) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, column));
+    }
     sqlite3_finalize(stmt);
     return out;
   }
@@ -145,8 +153,8 @@ TEST(SqliteStore, UserVersionIsTheLatestSchemaVersion) {
   EXPECT_EQ(raw.text("PRAGMA user_version"), std::to_string(latest_sqlite_schema_version()));
   EXPECT_GE(latest_sqlite_schema_version(), 1);
   EXPECT_EQ(raw.text("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN "
-                     "('jobs', 'job_events', 'nodes', 'gpu_holds', 'port_holds')"),
-            "5");
+                     "('jobs', 'job_events', 'nodes', 'gpu_holds', 'port_holds', 'users')"),
+            "6");
 }
 
 TEST(SqliteStore, MigrationsAreNumberedOneByOne) {
@@ -235,33 +243,119 @@ TEST(SqliteStore, DoubleHoldIsImpossibleEvenBypassingTheStore) {
   sqlite3_close_v2(db);
 }
 
-}  // namespace
-}  // namespace corral::store
+// A database as the first release left it: migration 1 exactly, then one running job with
+// its allocation, holds and an event, and a node, written the way version 1 wrote them.
+void write_version_one_database(const std::string& path) {
+  RawDb raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  ASSERT_EQ(sqlite_migrations()[0].version, 1);
+  raw.exec("BEGIN");
+  raw.exec(std::string(sqlite_migrations()[0].sql));
+  raw.exec(
+      "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
+      "ended_at, "
+      "allocation, nccl_id, failed_rank, failed_node, exit_code) VALUES (3, 'ada', 'train', 'name: train\n', "
+      "'RUNNING', '', 1, 1700000000123, 1700000000456, NULL, "
+      "'{\"nodes\":[{\"node\":\"gpu-a\",\"gpus\":[0,1]}],\"master_addr\":\"10.0.0.1\",\"master_port\":29500}'"
+      ", "
+      "'" +
+      std::string(256, 'f') + "', NULL, '', NULL)");
+  raw.exec("INSERT INTO gpu_holds (node, gpu_index, job_id) VALUES ('gpu-a', 0, 3), ('gpu-a', 1, 3)");
+  raw.exec("INSERT INTO port_holds (host, port, job_id) VALUES ('10.0.0.1', 29500, 3)");
+  raw.exec("INSERT INTO job_events (job_id, at, text) VALUES (3, 5, 'PENDING -> RUNNING')");
+  raw.exec("PRAGMA user_version = 1");
+  raw.exec("COMMIT");
+}
 
-namespace corral::store {
-namespace {
-
-TEST(SqliteStore, AVersionOneDatabaseIsMigratedKeepingItsJobs) {
+TEST(SqliteStore, VersionOneDatabaseIsMigratedKeepingItsJobs) {
   testing::TempDir dir;
-  std::string path = dir.file("v1.db");
-  {
-    // A database as the first release wrote it: migration 1 only, one job in it.
-    std::ofstream(path).flush();  // an empty file is an empty database to SQLite
-    RawDb raw(path);
-    raw.exec(std::string(sqlite_migrations()[0].sql));
-    raw.exec("PRAGMA user_version = 1");
-    raw.exec("INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, nccl_id, "
-             "failed_node) VALUES (3, 'ada', 'old', 'name: old', 'PENDING', '', 0, 1000, '', '')");
-  }
+  std::string path = dir.file("corral.db");
+  ASSERT_NO_FATAL_FAILURE(write_version_one_database(path));
+  ASSERT_EQ(RawDb(path).text("PRAGMA user_version"), "1");
+
   auto store = open_ok(path);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->pragma("user_version").value(), "2");
-  auto job = store->job(3);
-  ASSERT_TRUE(job.has_value() && job->has_value());
-  EXPECT_EQ((*job)->name, "old");
-  EXPECT_TRUE((*job)->ranks.empty());
-  ASSERT_TRUE(store->commit(Change{{UpsertUser{{"ada", std::string(64, 'a'), true}}}}).has_value());
-  EXPECT_EQ(store->users()->size(), 1u);
+  EXPECT_EQ(store->job(3).value(), running_job(3));  // ranks empty, every other field as written
+  EXPECT_EQ(store->events(3).value(), (std::vector<JobEvent>{{3, from_millis(5), "PENDING -> RUNNING"}}));
+  auto snap = store->load();
+  ASSERT_TRUE(snap.has_value());
+  EXPECT_EQ(snap->active_jobs, std::vector<JobRecord>{running_job(3)});
+  EXPECT_EQ(snap->max_job_id, 3);
+  // Its holds survived: job 4 cannot take job 3's GPUs.
+  JobRecord other = running_job(4);
+  other.allocation->master_port = 29501;
+  auto taken = store->commit(Change{{InsertJob{other}}});
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_THAT(taken.error().message(), HasSubstr("held by job 3"));
+
+  // The new column and table work on the migrated file.
+  JobRecord with_ranks = running_job(3);
+  with_ranks.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 4242, "RUNNING", std::nullopt, std::nullopt}};
+  ASSERT_TRUE(store->commit(Change{{UpdateJob{with_ranks}}}).has_value());
+  User ada{"ada", std::string(64, 'a'), true};
+  ASSERT_TRUE(store->commit(Change{{UpsertUser{ada}}}).has_value());
+  store.reset();
+
+  store = open_ok(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->job(3).value(), with_ranks);
+  EXPECT_EQ(store->user_by_token_hash(ada.token_hash).value(), ada);
+  EXPECT_EQ(store->users().value(), std::vector<User>{ada});
+}
+
+TEST(SqliteStore, MigratedJobsTableDefaultsRanksToAnEmptyList) {
+  testing::TempDir dir;
+  std::string path = dir.file("corral.db");
+  ASSERT_NO_FATAL_FAILURE(write_version_one_database(path));
+  ASSERT_NE(open_ok(path), nullptr);
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("SELECT ranks FROM jobs WHERE id = 3"), "[]");
+  EXPECT_EQ(raw.text("SELECT \"notnull\" FROM pragma_table_info('jobs') WHERE name = 'ranks'"), "1");
+}
+
+TEST(SqliteStore, DamagedRanksColumnIsInternalNamingTheJob) {
+  testing::TempDir dir;
+  std::string path = dir.file("corral.db");
+  auto store = open_ok(path);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->commit(Change{{InsertJob{running_job(3)}}}).has_value());
+  for (const std::string& ranks :
+       {std::string("not json"), std::string("{}"), std::string("[{\"rank\": 0}]"), std::string("[7]")}) {
+    SCOPED_TRACE(ranks);
+    RawDb(path).exec("UPDATE jobs SET ranks = '" + ranks + "' WHERE id = 3");
+    auto job = store->job(3);
+    ASSERT_FALSE(job.has_value());
+    EXPECT_EQ(job.error().code(), ErrorCode::Internal);
+    EXPECT_THAT(job.error().message(), HasSubstr("job 3: ranks"));
+  }
+}
+
+TEST(SqliteStore, UsersTableIsStrictAndKeepsTokenHashesUniqueEvenBypassingTheStore) {
+  testing::TempDir dir;
+  std::string path = dir.file("corral.db");
+  {
+    auto store = open_ok(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(Change{{UpsertUser{{"alice", std::string(64, 'a'), false}}}}).has_value());
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.try_exec("INSERT INTO users (name, token_hash, admin) VALUES ('bob', '" +
+                         std::string(64, 'a') + "', 0)"),
+            SQLITE_CONSTRAINT_UNIQUE);
+  EXPECT_EQ(raw.try_exec("INSERT INTO users (name, token_hash, admin) VALUES ('carol', 'x', 'yes')"),
+            SQLITE_CONSTRAINT_DATATYPE);
+  EXPECT_EQ(raw.text("SELECT count(*) FROM users"), "1");
+}
+
+TEST(SqliteStore, UserLookupByTokenHashUsesTheUniqueIndex) {
+  testing::TempDir dir;
+  std::string path = dir.file("corral.db");
+  ASSERT_NE(open_ok(path), nullptr);
+  // Column 3 of EXPLAIN QUERY PLAN is the plan step, e.g. "SEARCH users USING INDEX ...".
+  std::string plan = RawDb(path).text(
+      "EXPLAIN QUERY PLAN SELECT name, token_hash, admin FROM users WHERE token_hash = 'x'", 3);
+  EXPECT_THAT(plan, HasSubstr("SEARCH users USING INDEX"));
+  EXPECT_THAT(plan, HasSubstr("token_hash=?"));
 }
 
 }  // namespace

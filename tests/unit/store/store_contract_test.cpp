@@ -14,6 +14,7 @@ namespace {
 
 using model::JobState;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct MemoryImpl {
   static constexpr const char* kName = "Memory";
@@ -91,6 +92,12 @@ JobRecord every_field(model::JobId id) {
   job.failed_rank = 3;
   job.failed_node = "gpu-b";
   job.exit_code = 137;
+  job.ranks = {
+      {0, "gpu-a", 0, {3, 1}, {"GPU-a3", "GPU-a1"}, 4242, "EXITED", 0, std::nullopt},
+      {1, "gpu-a", 1, {2, 0}, {"GPU-a2", "GPU-a0"}, 4243, "KILLED", std::nullopt, 15},
+      {2, "gpu-b", 0, {7}, {"GPU-b7"}, 0, "PENDING", std::nullopt, std::nullopt},
+      {3, "gpu-b", 1, {}, {}, 977, "EXITED", 137, 9},
+  };
   return job;
 }
 
@@ -124,6 +131,15 @@ JobEvent event(model::JobId job, std::int64_t ms, std::string text) {
   return {job, at(ms), std::move(text)};
 }
 
+// A well-formed token hash: 64 lowercase hex characters, all `c`.
+std::string hash_of(char c) {
+  return std::string(64, c);
+}
+
+User user(const std::string& name, char hash, bool admin = false) {
+  return {name, hash_of(hash), admin};
+}
+
 // ---- fixture ----
 
 template <typename Impl>
@@ -140,6 +156,7 @@ class StoreContract : public ::testing::Test {
     ASSERT_TRUE(r.has_value()) << r.error().to_string();
   }
   void insert(const JobRecord& job) { commit_ok(change(InsertJob{job})); }
+  void upsert(const User& u) { commit_ok(change(UpsertUser{u})); }
   void update(const JobRecord& job) { commit_ok(change(UpdateJob{job})); }
 
   std::optional<JobRecord> read(model::JobId id) {
@@ -160,6 +177,16 @@ class StoreContract : public ::testing::Test {
       for (const auto& j : *r) out.push_back(j.id);
     }
     return out;
+  }
+  std::optional<User> by_hash(const std::string& hash) {
+    auto r = store_->user_by_token_hash(hash);
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    return r ? *r : std::nullopt;
+  }
+  std::vector<User> all_users() {
+    auto r = store_->users();
+    EXPECT_TRUE(r.has_value()) << r.error().to_string();
+    return r ? *r : std::vector<User>{};
   }
   Snapshot snapshot() {
     auto r = store_->load();
@@ -196,6 +223,7 @@ TYPED_TEST(StoreContract, JobWithoutOptionalFieldsReadsBackWithoutThem) {
   EXPECT_FALSE(back->allocation.has_value());
   EXPECT_FALSE(back->failed_rank.has_value());
   EXPECT_FALSE(back->exit_code.has_value());
+  EXPECT_TRUE(back->ranks.empty());
 }
 
 TYPED_TEST(StoreContract, TimestampsKeepMillisecondsIncludingBeforeTheEpoch) {
@@ -290,6 +318,147 @@ TYPED_TEST(StoreContract, JobsQueryReturnsWholeRecords) {
   auto r = this->store_->jobs({});
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(*r, std::vector<JobRecord>{every_field(9)});
+}
+
+// ---- ranks ----
+
+TYPED_TEST(StoreContract, RanksKeepTheirOrderAndTellAbsentExitCodesFromZero) {
+  JobRecord job = pending(4);
+  job.ranks = {{1, "gpu-b", 0, {5}, {"GPU-5"}, 100, "EXITED", 0, std::nullopt},
+               {0, "gpu-a", 0, {0}, {"GPU-0"}, 101, "RUNNING", std::nullopt, std::nullopt},
+               {2, "gpu-a", 1, {1}, {"GPU-1"}, 102, "KILLED", -1, 0}};
+  this->insert(job);
+  auto back = this->read(4);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->ranks, job.ranks);
+  EXPECT_EQ(back->ranks[0].exit_code, 0);
+  EXPECT_FALSE(back->ranks[0].signal.has_value());
+  EXPECT_FALSE(back->ranks[1].exit_code.has_value());
+  EXPECT_EQ(back->ranks[2].signal, 0);
+}
+
+TYPED_TEST(StoreContract, UpdateReplacesTheRankList) {
+  JobRecord job = running(1, alloc("gpu-a", {0, 1}, "10.0.0.1", 29500));
+  this->insert(job);
+  EXPECT_TRUE(this->read(1)->ranks.empty());
+  job.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 0, "PENDING", std::nullopt, std::nullopt},
+               {1, "gpu-a", 1, {1}, {"GPU-1"}, 0, "PENDING", std::nullopt, std::nullopt}};
+  this->update(job);
+  EXPECT_EQ(this->read(1), job);
+  job.ranks[1].pid = 31337;
+  job.ranks[1].state = "RUNNING";
+  this->update(job);
+  EXPECT_EQ(this->read(1), job);
+  // A requeue starts the next attempt with no ranks.
+  job.state = JobState::Pending;
+  job.attempt = 1;
+  job.ranks.clear();
+  this->update(job);
+  EXPECT_EQ(this->read(1), job);
+}
+
+TYPED_TEST(StoreContract, LoadAndJobsQueryCarryRanks) {
+  JobRecord job = running(2, alloc("gpu-a", {0}, "10.0.0.1", 29500));
+  job.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 77, "RUNNING", std::nullopt, std::nullopt}};
+  this->insert(job);
+  EXPECT_EQ(this->snapshot().active_jobs, std::vector<JobRecord>{job});
+  auto listed = this->store_->jobs({.include_terminal = false, .user = "ada"});
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(*listed, std::vector<JobRecord>{job});
+}
+
+// ---- users ----
+
+TYPED_TEST(StoreContract, NoUsersAtFirst) {
+  EXPECT_TRUE(this->all_users().empty());
+  EXPECT_EQ(this->by_hash(hash_of('a')), std::nullopt);
+}
+
+TYPED_TEST(StoreContract, UserIsFoundByTokenHash) {
+  this->upsert(user("alice", 'a'));
+  this->upsert(user("root", 'b', /*admin=*/true));
+  EXPECT_EQ(this->by_hash(hash_of('a')), user("alice", 'a'));
+  EXPECT_EQ(this->by_hash(hash_of('b')), user("root", 'b', true));
+  EXPECT_EQ(this->by_hash(hash_of('c')), std::nullopt);
+  // Not a hash at all: simply nobody.
+  EXPECT_EQ(this->by_hash(""), std::nullopt);
+}
+
+TYPED_TEST(StoreContract, UsersAreListedByName) {
+  this->upsert(user("zed", '1'));
+  this->upsert(user("alice", '2'));
+  this->upsert(user("Bob", '3'));
+  this->upsert(user("alice.b", '4'));
+  // Byte order, as SQLite's BINARY collation: upper case before lower case.
+  EXPECT_EQ(this->all_users(), (std::vector<User>{user("Bob", '3'), user("alice", '2'), user("alice.b", '4'),
+                                                  user("zed", '1')}));
+}
+
+TYPED_TEST(StoreContract, UpsertUserReplacesTokenAndAdminByName) {
+  this->upsert(user("alice", 'a'));
+  this->upsert(user("alice", 'c', /*admin=*/true));
+  EXPECT_EQ(this->by_hash(hash_of('a')), std::nullopt);  // the old token no longer works
+  EXPECT_EQ(this->by_hash(hash_of('c')), user("alice", 'c', true));
+  // The same record again is no conflict with itself.
+  this->upsert(user("alice", 'c', true));
+  EXPECT_EQ(this->all_users(), std::vector<User>{user("alice", 'c', true)});
+}
+
+TYPED_TEST(StoreContract, AnotherUsersTokenIsConflictNamingTheHolderNotTheHash) {
+  this->upsert(user("alice", 'a'));
+  this->upsert(user("bob", 'b'));
+  for (const User& taker : {user("carol", 'a'), user("bob", 'a', true)}) {
+    SCOPED_TRACE(taker.name);
+    auto r = this->store_->commit(change(UpsertUser{taker}));
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+    EXPECT_THAT(r.error().message(), HasSubstr("already belongs to user alice"));
+    EXPECT_THAT(r.error().message(), Not(HasSubstr(hash_of('a'))));
+  }
+  EXPECT_EQ(this->all_users(), (std::vector<User>{user("alice", 'a'), user("bob", 'b')}));
+}
+
+TYPED_TEST(StoreContract, ATokenGivenUpInTheSameChangeCanBeTaken) {
+  this->upsert(user("alice", 'a'));
+  // Order matters: alice lets go of the token before bob takes it.
+  this->commit_ok(change(UpsertUser{user("alice", 'c')}, UpsertUser{user("bob", 'a')}));
+  EXPECT_EQ(this->by_hash(hash_of('a')), user("bob", 'a'));
+  auto r = this->store_->commit(change(UpsertUser{user("carol", 'd')}, UpsertUser{user("dave", 'd')}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
+  EXPECT_EQ(this->by_hash(hash_of('d')), std::nullopt);  // carol went with the change
+}
+
+TYPED_TEST(StoreContract, BadUserNamesAreInvalidArgument) {
+  for (const std::string& name :
+       {std::string(), std::string(65, 'a'), std::string("al ice"), std::string("a/b"), std::string("root;"),
+        std::string("l\u00e9a"), std::string("\xc3\xa9"), std::string("a\n"), std::string("a\0b", 3)}) {
+    SCOPED_TRACE(::testing::PrintToString(name));
+    auto r = this->store_->commit(change(UpsertUser{{name, hash_of('a'), false}}));
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), ErrorCode::InvalidArgument);
+    EXPECT_THAT(r.error().message(), HasSubstr("user name must be 1 to 64 characters of [A-Za-z0-9._-]"));
+  }
+  EXPECT_TRUE(this->all_users().empty());
+  // The edges that are fine.
+  this->upsert({std::string(64, 'z'), hash_of('1'), false});
+  this->upsert({"a", hash_of('2'), false});
+  this->upsert({"ML-team_2.svc", hash_of('3'), false});
+  EXPECT_EQ(this->all_users().size(), 3u);
+}
+
+TYPED_TEST(StoreContract, BadTokenHashesAreInvalidArgument) {
+  for (const std::string& hash :
+       {std::string(), std::string(63, 'a'), std::string(65, 'a'), std::string(64, 'A'),
+        std::string(63, 'a') + "g", std::string(63, 'a') + " "}) {
+    SCOPED_TRACE(hash);
+    auto r = this->store_->commit(change(UpsertUser{{"alice", hash, false}}));
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), ErrorCode::InvalidArgument);
+    EXPECT_THAT(r.error().message(), HasSubstr("token hash must be 64 lowercase hex characters"));
+  }
+  EXPECT_TRUE(this->all_users().empty());
+  this->upsert({"alice", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", false});
 }
 
 // ---- nodes and load ----
@@ -521,74 +690,30 @@ TYPED_TEST(StoreContract, LaterChangeInABatchSeesEarlierOnes) {
   EXPECT_EQ(results[2].error().code(), ErrorCode::Conflict);
 }
 
-}  // namespace
-}  // namespace corral::store
+TYPED_TEST(StoreContract, UserChangesInAFailingChangeOfABatchAreRolledBackWithIt) {
+  this->upsert(user("alice", 'a'));
+  this->insert(pending(1));
+  std::vector<Change> batch;
+  batch.push_back(change(UpsertUser{user("carol", 'c')}));
+  // Fails at its last mutation: alice's new token and admin flag, and dave, go with it.
+  batch.push_back(change(UpsertUser{user("alice", 'b', true)}, UpsertUser{user("dave", 'd')},
+                         AppendEvent{event(1, 1, "token rotated")}, UpdateJob{pending(999)}));
+  batch.push_back(change(UpsertUser{user("erin", 'e')}));
+  auto results = this->store_->commit(batch);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].has_value());
+  ASSERT_FALSE(results[1].has_value());
+  EXPECT_EQ(results[1].error().code(), ErrorCode::NotFound);
+  EXPECT_TRUE(results[2].has_value());
 
-namespace corral::store {
-namespace {
-
-// ---- ranks and users (schema version 2) ----
-
-std::string hash_of(char c) { return std::string(64, c); }
-
-template <typename Impl>
-class StoreContractV2 : public StoreContract<Impl> {};
-TYPED_TEST_SUITE(StoreContractV2, Implementations, ImplName);
-
-TYPED_TEST(StoreContractV2, RanksRoundTripWithTheirOptionalFields) {
-  JobRecord job = every_field(5);
-  RankRecord started{0, "gpu-a", 0, {0}, {"GPU-0"}, 4242, "RUNNING", std::nullopt, std::nullopt};
-  RankRecord exited{1, "gpu-b", 1, {2, 3}, {"GPU-2", "GPU-3"}, 4243, "EXITED", 0, std::nullopt};
-  RankRecord killed{2, "gpu-b", 0, {}, {}, 0, "KILLED", std::nullopt, 9};
-  job.ranks = {started, exited, killed};
-  this->insert(job);
-  EXPECT_EQ(this->read(5), job);
-  job.ranks.clear();
-  this->update(job);
-  EXPECT_TRUE(this->read(5)->ranks.empty());
-}
-
-TYPED_TEST(StoreContractV2, UsersAreFoundByTokenHashAndReplacedByName) {
-  this->commit_ok(change(UpsertUser{{"alice", hash_of('a'), false}}));
-  this->commit_ok(change(UpsertUser{{"root", hash_of('b'), true}}));
-  auto alice = this->store_->user_by_token_hash(hash_of('a'));
-  ASSERT_TRUE(alice.has_value());
-  ASSERT_TRUE(alice->has_value());
-  EXPECT_EQ((*alice)->name, "alice");
-  EXPECT_FALSE((*alice)->admin);
-  // A new token for alice replaces the old one.
-  this->commit_ok(change(UpsertUser{{"alice", hash_of('c'), true}}));
-  EXPECT_FALSE(this->store_->user_by_token_hash(hash_of('a'))->has_value());
-  EXPECT_TRUE((*this->store_->user_by_token_hash(hash_of('c')))->admin);
-  auto all = this->store_->users();
-  ASSERT_TRUE(all.has_value());
-  ASSERT_EQ(all->size(), 2u);
-  EXPECT_EQ((*all)[0].name, "alice");
-  EXPECT_EQ((*all)[1].name, "root");
-}
-
-TYPED_TEST(StoreContractV2, AnotherUsersTokenIsConflictAndBadUsersAreRefused) {
-  this->commit_ok(change(UpsertUser{{"alice", hash_of('a'), false}}));
-  auto taken = this->store_->commit(change(UpsertUser{{"bob", hash_of('a'), false}}));
-  ASSERT_FALSE(taken.has_value());
-  EXPECT_EQ(taken.error().code(), ErrorCode::Conflict);
-  EXPECT_EQ(taken.error().message(), "that token already belongs to user alice");
-  auto bad_name = this->store_->commit(change(UpsertUser{{"al ice", hash_of('d'), false}}));
-  ASSERT_FALSE(bad_name.has_value());
-  EXPECT_EQ(bad_name.error().code(), ErrorCode::InvalidArgument);
-  auto bad_hash = this->store_->commit(change(UpsertUser{{"carol", "not-a-hash", false}}));
-  ASSERT_FALSE(bad_hash.has_value());
-  EXPECT_EQ(bad_hash.error().code(), ErrorCode::InvalidArgument);
-  EXPECT_EQ(this->store_->users()->size(), 1u);
-}
-
-TYPED_TEST(StoreContractV2, AUserChangeRollsBackWithItsFailingChange) {
-  Change c;
-  c.mutations.emplace_back(UpsertUser{{"dave", hash_of('e'), false}});
-  c.mutations.emplace_back(UpdateJob{pending(999)});  // no such job: the change fails
-  auto r = this->store_->commit(c);
-  ASSERT_FALSE(r.has_value());
-  EXPECT_FALSE(this->store_->user_by_token_hash(hash_of('e'))->has_value());
+  EXPECT_EQ(this->all_users(),
+            (std::vector<User>{user("alice", 'a'), user("carol", 'c'), user("erin", 'e')}));
+  EXPECT_EQ(this->by_hash(hash_of('a')), user("alice", 'a'));
+  EXPECT_EQ(this->by_hash(hash_of('b')), std::nullopt);
+  EXPECT_EQ(this->by_hash(hash_of('d')), std::nullopt);
+  EXPECT_TRUE(this->events_of(1).empty());
+  // The token the failed change would have given alice is still free.
+  this->upsert(user("frank", 'b'));
 }
 
 }  // namespace
