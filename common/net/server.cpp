@@ -1,5 +1,6 @@
 #include "common/net/server.hpp"
 
+#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -238,6 +239,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       if (ec == http::error::body_limit || ec == http::error::header_limit) {
         HttpResponse res{413, "application/json", json_error("request too large"), {}};
         self->keep_alive_ = false;
+        self->drain_after_write_ = true;
         return self->write(std::move(res), 11);
       }
       if (ec) {
@@ -299,8 +301,23 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     auto self = shared_from_this();
     http::async_write(stream_, *msg, [self, msg](beast::error_code ec, std::size_t) {
       if (ec) return;
+      if (self->drain_after_write_) return self->drain(0);
       if (!self->keep_alive_) return self->shutdown();
       self->read();
+    });
+  }
+
+  // After refusing a request whose body was not read, reads and drops what the client
+  // still sends (bounded in bytes and time) before closing, so the client finishes its
+  // write and reads the answer instead of meeting a connection reset.
+  void drain(std::size_t drained) {
+    constexpr std::size_t kMaxDrain = 64 * 1024 * 1024;
+    if (drained == 0) beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
+    auto self = shared_from_this();
+    auto scratch = std::make_shared<std::array<char, 16384>>();
+    stream_.async_read_some(asio::buffer(*scratch), [self, scratch, drained](beast::error_code ec, std::size_t n) {
+      if (ec || drained + n > kMaxDrain) return self->shutdown();
+      self->drain(drained + n);
     });
   }
 
@@ -318,6 +335,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   std::string peer_cn_;
   bool keep_alive_ = true;
   bool first_request_ = true;
+  bool drain_after_write_ = false;
 };
 
 void Server::Impl::accept() {

@@ -47,6 +47,10 @@ class Child {
     }
     ::close(err[1]);
     ::close(out[1]);
+    {
+      std::lock_guard lock(mu_);
+      eof_ = false;
+    }
     err_ = err[0];
     out_ = out[0];
     // Drain stderr all the time: a daemon that fills the pipe would block on its logs.

@@ -1,0 +1,80 @@
+#pragma once
+// Test support: a real corral-coordinator process made with `init`, and agents'
+// certificates made with `issue-agent-cert`. Binaries come from compile definitions
+// CORRAL_COORDINATOR_BIN (and CORRAL_AGENT_BIN, CORRAL_CLI_BIN, CORRAL_WORKER_BIN).
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/net/http_client.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace corral::testing {
+
+class CoordinatorProcess {
+ public:
+  explicit CoordinatorProcess(const TempDir& dir, std::string settings = {})
+      : state_dir_(dir.file("state")), config_(dir.file("coordinator.yaml")), port_file_(dir.file("port")),
+        agents_dir_(dir.file("agents")) {
+    auto [rc, out] = run({CORRAL_COORDINATOR_BIN, "init", "--state-dir", state_dir_, "--admin", "tester", "--san",
+                          "127.0.0.1", "--san", "localhost"});
+    init_ok_ = rc == 0;
+    token_ = out.substr(0, out.find('\n'));
+    std::ofstream(config_) << "listen: 127.0.0.1:0\nstate_dir: " << state_dir_
+                           << "\nheartbeat_interval: 100ms\nnode_timeout: 1500ms\nreconnect_grace: 3s\n"
+                              "kill_grace: 1s\nschedule_interval: 200ms\n"
+                           << settings;
+  }
+
+  bool init_ok() const { return init_ok_; }
+  const std::string& token() const { return token_; }
+  std::string ca() const { return state_dir_ + "/ca.pem"; }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  Child& process() { return child_; }
+
+  bool start() {
+    std::filesystem::remove(port_file_);
+    if (!child_.start({CORRAL_COORDINATOR_BIN, "--config", config_, "--port-file", port_file_})) return false;
+    if (!child_.wait_for_line("listening on")) return false;
+    std::ifstream in(port_file_);
+    in >> port_;
+    return port_ > 0;
+  }
+  void kill9() { child_.kill_and_wait(SIGKILL); }
+  void stop() { child_.kill_and_wait(SIGTERM); }
+
+  // Issues a client certificate for `node`; returns the folder holding NODE.pem/.key and ca.pem.
+  std::string agent_cert(const std::string& node) {
+    auto [rc, out] = run({CORRAL_COORDINATOR_BIN, "issue-agent-cert", "--state-dir", state_dir_, "--node", node,
+                          "--out", agents_dir_});
+    return rc == 0 ? agents_dir_ : std::string();
+  }
+
+  std::string add_user(const std::string& name, bool admin = false) {
+    std::vector<std::string> argv = {CORRAL_COORDINATOR_BIN, "add-user", "--state-dir", state_dir_, name};
+    if (admin) argv.push_back("--admin");
+    auto [rc, out] = run(argv);
+    return rc == 0 ? out.substr(0, out.find('\n')) : std::string();
+  }
+
+  std::unique_ptr<net::HttpClient> client() const {
+    auto c = net::HttpClient::create(url(), {ca(), "", ""}, std::chrono::seconds(10));
+    return c ? std::move(*c) : nullptr;
+  }
+
+ private:
+  std::string state_dir_;
+  std::string config_;
+  std::string port_file_;
+  std::string agents_dir_;
+  std::string token_;
+  bool init_ok_ = false;
+  int port_ = 0;
+  Child child_;
+};
+
+}  // namespace corral::testing
