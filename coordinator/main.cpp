@@ -1,0 +1,168 @@
+// corral-coordinator: init | issue-agent-cert | add-user | (run with --config).
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "common/model/config.hpp"
+#include "common/net/pki.hpp"
+#include "common/net/server.hpp"
+#include "coordinator/service/coordinator.hpp"
+#include "coordinator/store/sqlite_store.hpp"
+
+namespace fs = std::filesystem;
+using namespace corral;
+
+namespace {
+
+int fail(const std::string& message, int code = 1) {
+  std::cerr << "corral-coordinator: " << message << "\n";
+  return code;
+}
+
+bool valid_user(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos;
+}
+
+Result<std::unique_ptr<store::SqliteStore>> open_store(const std::string& path) {
+  return store::SqliteStore::open(path);
+}
+
+int add_user(const std::string& db_path, const std::string& name, bool admin) {
+  if (!valid_user(name)) return fail("user name must be 1 to 64 of [A-Za-z0-9._-]: " + name, 2);
+  auto db = open_store(db_path);
+  if (!db) return fail(db.error().message());
+  std::string token = net::random_token();
+  auto r = (*db)->commit(store::Change{{store::UpsertUser{{name, net::sha256_hex(token), admin}}}});
+  if (!r) return fail(r.error().message());
+  std::cout << token << "\n";
+  std::cerr << "corral-coordinator: token for " << (admin ? "admin " : "user ") << name
+            << " printed above; it is shown only once and stored only as a hash\n";
+  return 0;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+int init(const std::string& dir, std::vector<std::string> sans, const std::string& admin) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail("cannot create " + dir + ": " + ec.message());
+  fs::permissions(dir, fs::perms::owner_all, ec);
+  std::string ca = dir + "/ca.pem";
+  if (fs::exists(ca)) return fail(dir + " already holds a cluster (ca.pem exists); refusing to overwrite it", 2);
+  if (sans.empty()) sans = {"localhost", "127.0.0.1", host_name()};
+  if (auto r = net::create_ca(ca, dir + "/ca.key", "corral cluster CA"); !r) return fail(r.error().message());
+  net::CertSpec server{"corral-coordinator", sans, true, false};
+  if (auto r = net::issue_certificate(ca, dir + "/ca.key", dir + "/server.pem", dir + "/server.key", server); !r) {
+    return fail(r.error().message());
+  }
+  std::cerr << "corral-coordinator: created the cluster CA and the server certificate in " << dir << "\n";
+  return add_user(dir + "/corral.db", admin, true);
+}
+
+int issue_agent_cert(const std::string& dir, const std::string& node, const std::string& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) return fail("cannot create " + out + ": " + ec.message());
+  net::CertSpec spec{node, {}, false, true};
+  auto r = net::issue_certificate(dir + "/ca.pem", dir + "/ca.key", out + "/" + node + ".pem", out + "/" + node + ".key", spec);
+  if (!r) return fail(r.error().message());
+  fs::copy_file(dir + "/ca.pem", out + "/ca.pem", fs::copy_options::overwrite_existing, ec);
+  if (ec) return fail("cannot copy the CA certificate: " + ec.message());
+  std::cerr << "corral-coordinator: wrote " << out << "/" << node << ".pem, " << node << ".key and ca.pem\n";
+  return 0;
+}
+
+int run(const std::string& config_path, const std::string& port_file) {
+  auto config = model::load_coordinator_config(config_path);
+  if (!config) return fail(config.error().message(), 2);
+  auto db = open_store(config->database_path());
+  if (!db) return fail(db.error().message());
+  net::EventLoop loop;
+  SystemClock clock;
+  service::Coordinator coordinator(loop, clock, **db, *config);
+  if (auto r = coordinator.start(); !r) return fail(r.error().message());
+  net::ServerOptions opts;
+  opts.host = config->listen_host;
+  opts.port = config->listen_port;
+  opts.tls = {config->state_dir + "/ca.pem", config->state_dir + "/server.pem", config->state_dir + "/server.key"};
+  opts.max_body_bytes = config->max_request_bytes;
+  opts.max_connections = config->max_connections;
+  opts.ws_idle_timeout = config->node_timeout;
+  auto server = net::Server::start(loop, opts, coordinator);
+  if (!server) return fail(server.error().message());
+  if (!port_file.empty()) {
+    std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    fs::rename(tmp, port_file);  // appears whole: scripts may poll for it
+  }
+  spdlog::info("corral-coordinator listening on {}:{} (database {})", config->listen_host, (*server)->port(),
+               config->database_path());
+  loop.on_shutdown_signal([&](int sig) {
+    spdlog::info("signal {}: shutting down", sig);
+    (*server)->stop();
+    coordinator.shutdown();
+    loop.stop();
+  });
+  loop.run();
+  coordinator.shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Logs go to stderr (journald under systemd); stdout is for what a command prints.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("corral"));
+  CLI::App app{"corral-coordinator: the cluster's queue, scheduler and rendezvous service"};
+  app.require_subcommand(0, 1);
+  std::string config_path;
+  std::string port_file;
+  app.add_option("--config", config_path, "coordinator.yaml");
+  app.add_option("--port-file", port_file, "write the bound port here once listening");
+
+  std::string state_dir;
+  std::vector<std::string> sans;
+  std::string admin = std::getenv("SUDO_USER") ? std::getenv("SUDO_USER") : (std::getenv("USER") ? std::getenv("USER") : "admin");
+  auto* init_cmd = app.add_subcommand("init", "create the cluster CA, server certificate and first admin token");
+  init_cmd->add_option("--state-dir", state_dir, "where the CA, certificates and database live")->required();
+  init_cmd->add_option("--san", sans, "subject alt names of the server certificate (DNS names or IPs)");
+  init_cmd->add_option("--admin", admin, "name of the first admin user (also their Unix user on the nodes)");
+
+  std::string node;
+  std::string out;
+  auto* cert_cmd = app.add_subcommand("issue-agent-cert", "issue a node agent's client certificate");
+  cert_cmd->add_option("--state-dir", state_dir)->required();
+  cert_cmd->add_option("--node", node, "node name (the certificate's CN)")->required();
+  cert_cmd->add_option("--out", out, "output folder")->required();
+
+  std::string user;
+  bool is_admin = false;
+  std::string database;
+  auto* user_cmd = app.add_subcommand("add-user", "create or replace a user's token");
+  user_cmd->add_option("--state-dir", state_dir)->required();
+  user_cmd->add_option("--database", database, "default: STATE_DIR/corral.db");
+  user_cmd->add_option("name", user, "user name (also their Unix user on the nodes)")->required();
+  user_cmd->add_flag("--admin", is_admin);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (*init_cmd) return init(state_dir, sans, admin);
+  if (*cert_cmd) return issue_agent_cert(state_dir, node, out);
+  if (*user_cmd) return add_user(database.empty() ? state_dir + "/corral.db" : database, user, is_admin);
+  if (config_path.empty()) return fail("--config FILE is required to run (or use a subcommand; see --help)", 2);
+  return run(config_path, port_file);
+}

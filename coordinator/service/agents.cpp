@@ -1,0 +1,287 @@
+// The coordinator's side of the agent protocol.
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/codec.hpp"
+#include "coordinator/service/coordinator.hpp"
+
+namespace corral::service {
+
+using model::JobState;
+
+namespace {
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+}  // namespace
+
+Result<void> Coordinator::accept_ws(const net::HttpRequest& request) {
+  // The node name comes from the certificate the cluster CA signed, never from a message.
+  if (request.peer_cn.empty()) {
+    return make_error(ErrorCode::Unauthenticated, "agents must present a client certificate signed by the cluster CA");
+  }
+  return {};
+}
+
+void Coordinator::on_ws_open(const std::shared_ptr<net::WsConnection>& conn) {
+  spdlog::info("agent {} connected from {}", conn->peer_cn(), conn->remote());
+}
+
+void Coordinator::on_ws_close(const std::shared_ptr<net::WsConnection>& conn) {
+  auto it = links_.find(conn->peer_cn());
+  if (it == links_.end() || it->second.conn != conn) return;
+  it->second.connected = false;
+  it->second.conn.reset();
+  spdlog::info("agent {} disconnected", conn->peer_cn());
+  // The node is not down yet: it has node_timeout from its last heartbeat to come back.
+}
+
+void Coordinator::send(const std::string& node, const protocol::CoordinatorMessage& message) {
+  auto it = links_.find(node);
+  if (it == links_.end() || !it->second.connected || !it->second.conn) {
+    spdlog::debug("not sending {} to {}: not connected", protocol::type_name(message), node);
+    return;
+  }
+  it->second.conn->send(protocol::encode(message));
+}
+
+void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, std::string text) {
+  ++stats_.agent_messages;
+  const std::string& node = conn->peer_cn();
+  auto decoded = protocol::decode_agent_message(text);
+  if (!decoded) {
+    ++stats_.bad_agent_messages;
+    spdlog::warn("bad message from agent {}: {}", node, decoded.error().message());
+    return;  // nothing changes; the link stays up
+  }
+  auto it = links_.find(node);
+  bool said_hello = it != links_.end() && it->second.conn == conn;
+  if (!said_hello && !std::holds_alternative<protocol::Hello>(*decoded)) {
+    spdlog::warn("agent {} sent {} before hello", node, protocol::type_name(*decoded));
+    return;
+  }
+  if (said_hello) it->second.last_seen = clock_.now();
+  std::visit(Overloaded{
+                 [&](protocol::Hello& m) { on_hello(conn, std::move(m)); },
+                 [&](protocol::Heartbeat&) {},
+                 [&](protocol::Health& m) { on_health(node, m); },
+                 [&](protocol::PrepareResult& m) { on_prepare_result(node, m); },
+                 [&](protocol::RankStarted& m) { on_rank_started(node, m); },
+                 [&](protocol::RankExited& m) { on_rank_exited(node, m); },
+                 [&](protocol::LogData& m) { on_log_data(node, m); },
+             },
+             *decoded);
+}
+
+void Coordinator::node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions) {
+  committer_.enqueue({{store::UpsertNode{node}}});
+  apply(decisions);
+  request_pass();
+}
+
+void Coordinator::on_hello(const std::shared_ptr<net::WsConnection>& conn, protocol::Hello hello) {
+  const std::string& name = conn->peer_cn();
+  if (hello.node != name) {
+    spdlog::warn("agent with certificate {} says it is {}: refused", name, hello.node);
+    conn->close("node name does not match the certificate");
+    return;
+  }
+  if (hello.version != protocol::kProtocolVersion) {
+    conn->close("protocol version " + std::to_string(hello.version) + " is not supported");
+    return;
+  }
+  TimePoint now = clock_.now();
+  Link& link = links_[name];
+  if (link.conn && link.conn != conn) link.conn->close("replaced by a new connection");
+  link.conn = conn;
+  link.connected = true;
+  link.last_seen = now;
+  link.driver = hello.driver;
+  link.cuda = hello.cuda;
+  link.reported = hello.running;
+
+  model::Node node;
+  node.name = name;
+  node.address = hello.address;
+  node.ports = hello.ports;
+  node.simulated = hello.simulated;
+  node.gpus = std::move(hello.gpus);
+  node.state = model::NodeState::Up;
+  const model::Node* known = scheduler_.node(name);
+  bool admin_drained = known && known->state == model::NodeState::Drained && known->reason.rfind("preflight: ", 0) != 0;
+  if (admin_drained) {
+    node.state = model::NodeState::Drained;
+    node.reason = known->reason;
+  } else if (!hello.health_error.empty()) {
+    node.state = model::NodeState::Drained;
+    node.reason = "preflight: " + hello.health_error;
+  }
+  auto decisions = scheduler_.update_node(node, now);
+  if (!decisions) {
+    conn->close(decisions.error().message());
+    link.connected = false;
+    link.conn.reset();
+    return;
+  }
+  spdlog::info("agent {} joined: {} GPU(s), address {}{}", name, node.gpus.size(), node.address,
+               node.simulated ? ", simulated" : "");
+  send(name, protocol::Welcome{protocol::kProtocolVersion, config_.heartbeat_interval.count(),
+                               config_.kill_grace.count()});
+  node_changed(*scheduler_.node(name), *decisions);
+  if (in_grace_) {
+    // End the wait as soon as every node that runs a job has reported.
+    bool all = true;
+    for (const auto& [id, job] : jobs_) {
+      if (!job.record.allocation) continue;
+      for (const auto& na : job.record.allocation->nodes) all = all && links_[na.node].connected;
+    }
+    if (all) end_grace();
+  } else {
+    reconcile(name);
+  }
+}
+
+void Coordinator::reconcile(const std::string& node) {
+  protocol::Reconcile r;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.record.allocation || !model::holds_resources(job.record.state)) continue;
+    for (const auto& na : job.record.allocation->nodes) {
+      if (na.node == node) r.keep.emplace_back(id, job.record.attempt);
+    }
+  }
+  std::sort(r.keep.begin(), r.keep.end());
+  committer_.then([this, node, r] { send(node, r); });
+}
+
+void Coordinator::on_health(const std::string& name, const protocol::Health& health) {
+  const model::Node* node = scheduler_.node(name);
+  if (node == nullptr) return;
+  TimePoint now = clock_.now();
+  bool health_drained = node->state == model::NodeState::Drained && node->reason.rfind("preflight: ", 0) == 0;
+  Result<std::vector<sched::Decision>> r = std::vector<sched::Decision>{};
+  if (!health.error.empty() && node->state == model::NodeState::Up) {
+    spdlog::warn("node {} failed preflight: {}; draining", name, health.error);
+    r = scheduler_.set_node_state(name, model::NodeState::Drained, "preflight: " + health.error, now);
+  } else if (health.error.empty() && health_drained) {
+    spdlog::info("node {} passed preflight again; resuming", name);
+    r = scheduler_.set_node_state(name, model::NodeState::Up, "", now);
+  } else {
+    return;
+  }
+  if (r) node_changed(*scheduler_.node(name), *r);
+}
+
+void Coordinator::on_prepare_result(const std::string& node, const protocol::PrepareResult& m) {
+  Job* job = live_job(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt || job->record.state != JobState::Starting ||
+      !job->record.allocation || job->record.allocation->nodes.front().node != node) {
+    return;  // stale: the job moved on
+  }
+  TimePoint now = clock_.now();
+  if (m.ok) {
+    if (job->spec.mode == model::LaunchMode::Nccl && m.nccl_id.size() != 256) {
+      sched::EventInfo info{std::nullopt, node, std::nullopt, "the rank-0 agent sent no NCCL unique ID"};
+      auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
+      if (r) apply(*r);
+      return;
+    }
+    job->record.nccl_id = m.nccl_id;
+    persist_job(*job, m.nccl_id.empty() ? "master port " + std::to_string(job->record.allocation->master_port) + " free on " + node
+                                        : "master port free; NCCL unique ID created on " + node);
+    committer_.then([this, id = m.job, attempt = m.attempt] {
+      Job* j = live_job(id);
+      if (j && j->record.attempt == attempt && j->record.state == JobState::Starting) send_launch(*j);
+    });
+    return;
+  }
+  sched::EventInfo info;
+  info.node = node;
+  info.message = m.error;
+  auto event = m.port_busy ? sched::JobEvent::PortBusy : sched::JobEvent::LaunchFailed;
+  if (m.port_busy) {
+    info.message = "port " + std::to_string(job->record.allocation->master_port) + " on " +
+                   job->record.allocation->master_addr + " is in use outside corral";
+  }
+  auto r = scheduler_.on_event(m.job, m.attempt, event, now, info);
+  if (r) apply(*r);
+}
+
+void Coordinator::on_rank_started(const std::string& node, const protocol::RankStarted& m) {
+  Job* job = any_job(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt) return;
+  auto& ranks = job->record.ranks;
+  auto it = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == m.rank; });
+  if (it == ranks.end() || it->node != node) return;  // a node may only speak for its own ranks
+  it->pid = m.pid;
+  if (it->state == "PENDING") it->state = "RUNNING";
+  bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.pid != 0; });
+  persist_job(*job, "");
+  if (all && job->record.state == JobState::Starting && live_job(m.job) != nullptr) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksStarted, clock_.now());
+    if (r) apply(*r);
+  }
+}
+
+void Coordinator::on_rank_exited(const std::string& node, const protocol::RankExited& m) {
+  Job* job = any_job(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt) return;
+  auto& ranks = job->record.ranks;
+  auto it = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == m.rank; });
+  if (it == ranks.end() || it->node != node) return;
+  if (it->state == "EXITED" || it->state == "KILLED") return;  // reported twice (after a reconnect)
+  if (m.signal != 0) {
+    it->state = "KILLED";
+    it->signal = m.signal;
+  } else {
+    it->state = "EXITED";
+    it->exit_code = m.exit_code;
+  }
+  bool live = live_job(m.job) != nullptr;
+  persist_job(*job, "");
+  if (!live) return;  // already torn down: this is one of the ranks we killed
+  TimePoint now = clock_.now();
+  sched::EventInfo info;
+  info.rank = m.rank;
+  info.node = node;
+  if (m.signal == 0) info.exit_code = m.exit_code;
+  info.message = m.reason;
+  if (m.launch_failure) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
+    if (r) apply(*r);
+    return;
+  }
+  if (m.signal != 0 || m.exit_code != 0) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::RankFailed, now, info);
+    if (r) apply(*r);
+    return;
+  }
+  bool all_ok = std::all_of(ranks.begin(), ranks.end(),
+                            [](const auto& r) { return r.state == "EXITED" && r.exit_code == 0; });
+  if (all_ok) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now);
+    if (r) apply(*r);
+  }
+}
+
+void Coordinator::on_log_data(const std::string& node, const protocol::LogData& m) {
+  auto it = log_waits_.find(m.request);
+  if (it == log_waits_.end() || it->second.node != node) return;
+  nlohmann::json j;
+  net::HttpResponse res;
+  if (!m.error.empty()) {
+    res = {404, "application/json", nlohmann::json{{"error", m.error}}.dump(), {}};
+  } else {
+    res.body = nlohmann::json{{"rank", it->second.rank},   {"node", node},         {"offset", m.offset},
+                              {"data", m.data},            {"size", m.size},       {"finished", m.finished}}
+                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  it->second.respond(std::move(res));
+  log_waits_.erase(it);
+}
+
+}  // namespace corral::service

@@ -1,0 +1,421 @@
+// The coordinator's HTTP API (docs/api.md), its metrics and its status page.
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/core/strings.hpp"
+#include "common/model/job_spec_yaml.hpp"
+#include "common/net/pki.hpp"
+#include "common/protocol/json_reader.hpp"
+#include "common/protocol/model_json.hpp"
+#include "coordinator/service/coordinator.hpp"
+#include "coordinator/service/views.hpp"
+
+namespace corral::service {
+
+using model::JobState;
+using Respond = std::function<void(net::HttpResponse)>;
+
+namespace {
+
+net::HttpResponse json_response(int status, const Json& body) {
+  return {status, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}};
+}
+
+net::HttpResponse error_response(int status, const std::string& message) {
+  return json_response(status, Json{{"error", message}});
+}
+
+std::optional<model::JobId> parse_id(std::string_view text) {
+  model::JobId id = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || ptr != text.data() + text.size() || id <= 0) return std::nullopt;
+  return id;
+}
+
+// "/v1/jobs/42/cancel" -> {"v1", "jobs", "42", "cancel"}
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  while (!path.empty()) {
+    if (path.front() == '/') {
+      path.remove_prefix(1);
+      continue;
+    }
+    auto slash = path.find('/');
+    parts.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash);
+  }
+  return parts;
+}
+
+}  // namespace
+
+Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& request) {
+  std::string auth = request.header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 || auth.size() > 512) {
+    return make_error(ErrorCode::Unauthenticated, "missing bearer token (Authorization: Bearer TOKEN)");
+  }
+  std::string hash = net::sha256_hex(std::string_view(auth).substr(kBearer.size()));
+  auto cached = users_.find(hash);
+  if (cached == users_.end()) {
+    // A token added by `corral-coordinator add-user` while we run is found on first use.
+    auto user = store_.user_by_token_hash(hash);
+    if (!user) return std::unexpected(user.error());
+    if (!*user) return make_error(ErrorCode::Unauthenticated, "unknown token");
+    cached = users_.emplace(hash, **user).first;
+  }
+  return Caller{cached->second.name, cached->second.admin};
+}
+
+void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
+  ++stats_.http_requests;
+  if (request.method == "GET" && (request.path == "/" || request.path == "/metrics")) {
+    if (!config_.public_status) {
+      if (auto caller = authenticate(request); !caller) return respond(error_response(401, caller.error().message()));
+    }
+    return respond(request.path == "/" ? status_page() : metrics());
+  }
+  if (request.path.rfind("/v1/", 0) != 0) return respond(error_response(404, "no such endpoint: " + request.path));
+  auto caller = authenticate(request);
+  if (!caller) {
+    int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
+    return respond(error_response(status, caller.error().message()));
+  }
+  route(request, *caller, std::move(respond));
+}
+
+void Coordinator::route(const net::HttpRequest& request, const Caller& caller, Respond respond) {
+  auto parts = split_path(request.path);
+  const std::string& m = request.method;
+  if (parts.size() == 2 && parts[1] == "whoami" && m == "GET") {
+    return respond(json_response(200, Json{{"user", caller.user}, {"admin", caller.admin}}));
+  }
+  if (parts.size() >= 2 && parts[1] == "jobs") {
+    if (parts.size() == 2) {
+      if (m == "POST") return submit(request, caller, std::move(respond));
+      if (m == "GET") return respond(list_jobs(request));
+      return respond(error_response(405, "use GET or POST on /v1/jobs"));
+    }
+    auto id = parse_id(parts[2]);
+    if (!id) return respond(error_response(400, "job id must be a positive integer"));
+    if (parts.size() == 3 && m == "GET") return respond(show_job(*id));
+    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return respond(cancel_job(*id, caller));
+    if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
+  }
+  if (parts.size() >= 2 && parts[1] == "nodes") {
+    if (parts.size() == 2 && m == "GET") return respond(list_nodes());
+    if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
+      if (!caller.admin) return respond(error_response(403, "only an admin may drain or resume nodes"));
+      return respond(drain_node(std::string(parts[2]), request, parts[3] == "drain"));
+    }
+  }
+  respond(error_response(404, "no such endpoint: " + m + " " + request.path));
+}
+
+void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, Respond respond) {
+  auto body = protocol::parse_json(request.body, config_.max_request_bytes);
+  if (!body) return respond(error_response(400, body.error().message()));
+  protocol::JsonReader r(*body);
+  std::string spec_text = r.str("spec", 64 * 1024);
+  std::string file = r.str("file", 256, "job.yaml");
+  bool dry_run = r.boolean("dry_run", false);
+  if (!r.ok()) return respond(error_response(400, r.error()));
+  auto parsed = model::parse_job_spec_detailed(spec_text);
+  if (!parsed.problems.empty()) {
+    Json problems = Json::array();
+    for (const auto& p : parsed.problems) problems.push_back(p.format(file));
+    return respond(json_response(400, Json{{"error", "invalid job spec"}, {"problems", problems}}));
+  }
+  model::JobSpec spec = std::move(*parsed.spec);
+  if (auto ok = scheduler_.admissible(spec); !ok) return respond(error_response(422, ok.error().message()));
+  TimePoint now = clock_.now();
+  if (dry_run) {
+    auto d = scheduler_.dry_run(spec, caller.user, now);
+    Json j{{"dry_run", true}, {"would_start", d.allocation.has_value()}};
+    if (d.allocation) {
+      j["allocation"] = protocol::to_json(*d.allocation);
+    } else {
+      j["reason"] = std::string(sched::to_string(d.reason.code));
+      j["detail"] = d.reason.detail;
+    }
+    return respond(json_response(200, j));
+  }
+  model::JobId id = ++max_job_id_;
+  store::JobRecord rec;
+  rec.id = id;
+  rec.user = caller.user;
+  rec.name = spec.name;
+  rec.spec_yaml = spec_text;
+  rec.state = JobState::Pending;
+  rec.submitted_at = now;
+  if (auto added = scheduler_.add_pending(id, caller.user, spec, now); !added) {
+    return respond(error_response(400, added.error().message()));
+  }
+  ++stats_.submitted;
+  store::Change change;
+  change.mutations.emplace_back(store::InsertJob{rec});
+  change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + caller.user}});
+  jobs_.emplace(id, Job{std::move(rec), std::move(spec)});
+  committer_.enqueue(std::move(change), [respond, id](const Result<void>& ok) {
+    if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
+    respond(json_response(201, Json{{"id", id}}));
+  });
+  request_pass();
+}
+
+namespace {
+
+JobView view_of(const store::JobRecord& rec, const model::JobSpec* spec, const sched::SchedJob* live) {
+  JobView v;
+  v.record = &rec;
+  if (spec != nullptr) {
+    auto shapes = model::candidate_shapes(*spec);
+    v.gpus = model::total_gpus(*spec);
+    v.nodes = spec->nodes.value_or(shapes.empty() ? 1 : shapes.front().first);
+    v.retries = spec->retries;
+    v.priority = spec->priority;
+    v.time_limit = spec->time_limit;
+  }
+  if (rec.allocation) v.nodes = static_cast<int>(rec.allocation->nodes.size());
+  if (live != nullptr && live->state == JobState::Pending) v.pending = live->reason;
+  return v;
+}
+
+}  // namespace
+
+net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request) {
+  bool all = request.query.contains("all") && request.query.at("all") != "0";
+  std::optional<std::string> user;
+  if (auto u = request.query.find("user"); u != request.query.end() && !u->second.empty()) user = u->second;
+  Json out = Json::array();
+  auto add = [&](const store::JobRecord& rec, const model::JobSpec* spec) {
+    if (user && rec.user != *user) return;
+    out.push_back(job_json(view_of(rec, spec, scheduler_.job(rec.id)), nullptr));
+  };
+  if (!all) {
+    std::vector<const Job*> live;
+    for (const auto& [id, job] : jobs_) live.push_back(&job);
+    std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) { return a->record.id < b->record.id; });
+    for (const Job* j : live) add(j->record, &j->spec);
+    return json_response(200, out);
+  }
+  store::JobQuery q;
+  q.user = user;
+  auto stored = store_.jobs(q);
+  if (!stored) return error_response(503, stored.error().message());
+  for (const auto& rec : *stored) {
+    // What is in memory may be a turn of the loop ahead of the disk.
+    if (const Job* j = any_job(rec.id)) {
+      add(j->record, &j->spec);
+    } else {
+      auto spec = model::parse_job_spec(rec.spec_yaml, "job");
+      add(rec, spec ? &*spec : nullptr);
+    }
+  }
+  return json_response(200, out);
+}
+
+net::HttpResponse Coordinator::show_job(model::JobId id) {
+  auto events = store_.events(id);
+  if (!events) return error_response(503, events.error().message());
+  if (const Job* j = any_job(id)) return json_response(200, job_json(view_of(j->record, &j->spec, scheduler_.job(id)), &*events));
+  auto rec = store_.job(id);
+  if (!rec) return error_response(503, rec.error().message());
+  if (!*rec) return error_response(404, "no job " + std::to_string(id));
+  auto spec = model::parse_job_spec((*rec)->spec_yaml, "job");
+  return json_response(200, job_json(view_of(**rec, spec ? &*spec : nullptr, nullptr), &*events));
+}
+
+net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller) {
+  Job* job = live_job(id);
+  if (job == nullptr) {
+    auto rec = store_.job(id);
+    if (rec && *rec) return error_response(409, "job " + std::to_string(id) + " already ended " + std::string(model::to_string((*rec)->state)));
+    return error_response(404, "no job " + std::to_string(id));
+  }
+  if (job->record.user != caller.user && !caller.admin) {
+    return error_response(403, "job " + std::to_string(id) + " belongs to " + job->record.user);
+  }
+  sched::EventInfo info;
+  info.message = "cancelled by " + caller.user;
+  auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::Cancel, clock_.now(), info);
+  if (!r) return error_response(409, r.error().message());
+  apply(*r);
+  const Job* ended = any_job(id);
+  return json_response(200, job_json(view_of(ended->record, &ended->spec, nullptr), nullptr));
+}
+
+void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond) {
+  const Job* job = any_job(id);
+  std::optional<store::JobRecord> stored;
+  if (job == nullptr) {
+    auto rec = store_.job(id);
+    if (!rec) return respond(error_response(503, rec.error().message()));
+    if (!*rec) return respond(error_response(404, "no job " + std::to_string(id)));
+    stored = std::move(**rec);
+  }
+  const store::JobRecord& rec = job ? job->record : *stored;
+  if (rec.user != caller.user && !caller.admin) {
+    return respond(error_response(403, "job " + std::to_string(id) + " belongs to " + rec.user));
+  }
+  auto number = [&](const char* key, std::uint64_t dflt) -> std::optional<std::uint64_t> {
+    auto it = request.query.find(key);
+    if (it == request.query.end()) return dflt;
+    std::uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (ec != std::errc() || ptr != it->second.data() + it->second.size()) return std::nullopt;
+    return v;
+  };
+  auto rank = number("rank", 0);
+  auto offset = number("offset", 0);
+  auto max = number("max", 1 << 20);
+  if (!rank || !offset || !max) return respond(error_response(400, "rank, offset and max must be non-negative integers"));
+  auto it = std::find_if(rec.ranks.begin(), rec.ranks.end(), [&](const auto& r) { return r.rank == static_cast<int>(*rank); });
+  if (it == rec.ranks.end()) {
+    return respond(error_response(404, "job " + std::to_string(id) + " has no rank " + std::to_string(*rank) +
+                                           (rec.ranks.empty() ? " (it has not started)" : "")));
+  }
+  auto link = links_.find(it->node);
+  if (link == links_.end() || !link->second.connected) {
+    return respond(error_response(503, "the agent of node " + it->node + " is not connected"));
+  }
+  std::uint64_t request_id = next_log_request_++;
+  log_waits_[request_id] = {std::move(respond), it->rank, it->node, clock_.now() + std::chrono::seconds(10)};
+  send(it->node, protocol::LogRequest{request_id, id, rec.attempt, it->rank, *offset, std::min<std::uint64_t>(*max, 4 << 20)});
+}
+
+net::HttpResponse Coordinator::list_nodes() {
+  Json out = Json::array();
+  for (const auto* node : scheduler_.nodes()) {
+    NodeView v;
+    v.node = node;
+    auto link = links_.find(node->name);
+    if (link != links_.end()) {
+      v.connected = link->second.connected;
+      v.last_seen = link->second.last_seen;
+      v.driver = link->second.driver;
+      v.cuda = link->second.cuda.to_string();
+    }
+    for (const auto& g : node->gpus) v.holders.push_back(scheduler_.gpu_holder(node->name, g.index));
+    out.push_back(node_json(v));
+  }
+  return json_response(200, out);
+}
+
+net::HttpResponse Coordinator::drain_node(const std::string& name, const net::HttpRequest& request, bool drain) {
+  std::string reason;
+  if (drain) {
+    auto body = protocol::parse_json(request.body.empty() ? "{}" : request.body, 64 * 1024);
+    if (!body) return error_response(400, body.error().message());
+    protocol::JsonReader r(*body);
+    reason = r.str("reason", 1024);
+    if (r.ok() && reason.empty()) r.fail("reason", "must not be empty");
+    if (!r.ok()) return error_response(400, r.error());
+  }
+  const model::Node* node = scheduler_.node(name);
+  if (node == nullptr) return error_response(404, "no node " + name);
+  auto link = links_.find(name);
+  bool connected = link != links_.end() && link->second.connected;
+  model::NodeState target = drain ? model::NodeState::Drained : (connected ? model::NodeState::Up : model::NodeState::Down);
+  auto r = scheduler_.set_node_state(name, target, drain ? reason : (connected ? "" : "agent not connected"), clock_.now());
+  if (!r) return error_response(400, r.error().message());
+  node_changed(*scheduler_.node(name), *r);
+  NodeView v;
+  v.node = scheduler_.node(name);
+  v.connected = connected;
+  for (const auto& g : v.node->gpus) v.holders.push_back(scheduler_.gpu_holder(name, g.index));
+  return json_response(200, node_json(v));
+}
+
+net::HttpResponse Coordinator::metrics() {
+  std::string out;
+  auto line = [&out](const std::string& name, const std::string& labels, double value) {
+    out += name;
+    if (!labels.empty()) out += "{" + labels + "}";
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " %.17g\n", value);
+    out += buf;
+  };
+  out += "# HELP corral_jobs Live jobs by state.\n# TYPE corral_jobs gauge\n";
+  int by_state[8] = {};
+  for (const auto& [id, job] : jobs_) ++by_state[static_cast<int>(job.record.state)];
+  for (JobState s : {JobState::Pending, JobState::Starting, JobState::Running}) {
+    line("corral_jobs", "state=\"" + std::string(model::to_string(s)) + "\"", by_state[static_cast<int>(s)]);
+  }
+  out += "# HELP corral_jobs_ended_total Jobs ended since the coordinator started, by state.\n# TYPE corral_jobs_ended_total counter\n";
+  for (JobState s : model::kAllJobStates) {
+    if (model::is_terminal(s)) {
+      line("corral_jobs_ended_total", "state=\"" + std::string(model::to_string(s)) + "\"", static_cast<double>(stats_.ended[static_cast<int>(s)]));
+    }
+  }
+  out += "# HELP corral_jobs_submitted_total Jobs accepted since the coordinator started.\n# TYPE corral_jobs_submitted_total counter\n";
+  line("corral_jobs_submitted_total", "", static_cast<double>(stats_.submitted));
+  out += "# HELP corral_nodes Nodes by state.\n# TYPE corral_nodes gauge\n";
+  int up = 0, down = 0, drained = 0, gpus = 0, held = 0;
+  for (const auto* n : scheduler_.nodes()) {
+    (n->state == model::NodeState::Up ? up : n->state == model::NodeState::Down ? down : drained)++;
+    for (const auto& g : n->gpus) {
+      ++gpus;
+      if (scheduler_.gpu_holder(n->name, g.index)) ++held;
+    }
+  }
+  line("corral_nodes", "state=\"up\"", up);
+  line("corral_nodes", "state=\"down\"", down);
+  line("corral_nodes", "state=\"drained\"", drained);
+  out += "# HELP corral_gpus GPUs known, and held by jobs.\n# TYPE corral_gpus gauge\n";
+  line("corral_gpus", "", gpus);
+  line("corral_gpus_allocated", "", held);
+  out += "# HELP corral_scheduler_passes_total Scheduling passes run.\n# TYPE corral_scheduler_passes_total counter\n";
+  line("corral_scheduler_passes_total", "", static_cast<double>(stats_.passes));
+  line("corral_scheduler_last_pass_seconds", "", stats_.last_pass_ms / 1000.0);
+  line("corral_store_batches_total", "", static_cast<double>(committer_.batches()));
+  line("corral_store_changes_total", "", static_cast<double>(committer_.committed()));
+  line("corral_agent_messages_total", "", static_cast<double>(stats_.agent_messages));
+  line("corral_agent_messages_rejected_total", "", static_cast<double>(stats_.bad_agent_messages));
+  line("corral_http_requests_total", "", static_cast<double>(stats_.http_requests));
+  return {200, "text/plain; version=0.0.4", out, {}};
+}
+
+net::HttpResponse Coordinator::status_page() {
+  std::string html =
+      "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">"
+      "<title>corral</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
+      "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}.down{color:#b00}.drained{color:#a60}"
+      "</style></head><body><h1>corral</h1>";
+  html += "<h2>Nodes</h2><table><tr><th>node</th><th>state</th><th>reason</th><th>address</th><th>GPUs</th><th>in use</th></tr>";
+  for (const auto* n : scheduler_.nodes()) {
+    int held = 0;
+    for (const auto& g : n->gpus) held += scheduler_.gpu_holder(n->name, g.index).has_value();
+    std::string product = n->gpus.empty() ? "" : n->gpus.front().cls.product;
+    html += "<tr><td>" + html_escape(n->name) + (n->simulated ? " (simulated)" : "") + "</td><td class=\"" +
+            std::string(model::to_string(n->state)) + "\">" + std::string(model::to_string(n->state)) + "</td><td>" +
+            html_escape(n->reason) + "</td><td>" + html_escape(n->address) + "</td><td>" + std::to_string(n->gpus.size()) +
+            " × " + html_escape(product) + "</td><td>" + std::to_string(held) + "</td></tr>";
+  }
+  html += "</table><h2>Queue</h2><table><tr><th>id</th><th>name</th><th>user</th><th>state</th><th>reason</th><th>GPUs</th><th>nodes</th></tr>";
+  std::vector<const Job*> live;
+  for (const auto& [id, job] : jobs_) live.push_back(&job);
+  std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) { return a->record.id < b->record.id; });
+  for (const Job* j : live) {
+    const auto* sj = scheduler_.job(j->record.id);
+    std::string reason = sj && j->record.state == JobState::Pending
+                             ? std::string(sched::to_string(sj->reason.code)) + ": " + sj->reason.detail
+                             : j->record.reason;
+    std::string nodes;
+    if (j->record.allocation) {
+      for (const auto& na : j->record.allocation->nodes) nodes += (nodes.empty() ? "" : ",") + na.node;
+    }
+    html += "<tr><td>" + std::to_string(j->record.id) + "</td><td>" + html_escape(j->record.name) + "</td><td>" +
+            html_escape(j->record.user) + "</td><td>" + std::string(model::to_string(j->record.state)) + "</td><td>" +
+            html_escape(reason) + "</td><td>" + std::to_string(model::total_gpus(j->spec)) + "</td><td>" +
+            html_escape(nodes) + "</td></tr>";
+  }
+  html += "</table></body></html>";
+  return {200, "text/html; charset=utf-8", html, {}};
+}
+
+}  // namespace corral::service

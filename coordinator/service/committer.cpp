@@ -1,0 +1,52 @@
+#include "coordinator/service/committer.hpp"
+
+namespace corral::service {
+
+void Committer::schedule_flush() {
+  if (posted_) return;
+  posted_ = true;
+  // Posted work runs after every handler that is ready now: requests that arrived
+  // together are committed together.
+  loop_.post([this] {
+    posted_ = false;
+    flush();
+  });
+}
+
+void Committer::enqueue(store::Change change, Done done) {
+  items_.push_back({std::move(change), std::move(done), {}});
+  schedule_flush();
+}
+
+void Committer::then(std::function<void()> fn) {
+  items_.push_back({std::nullopt, {}, std::move(fn)});
+  schedule_flush();
+}
+
+void Committer::flush() {
+  if (items_.empty()) return;
+  std::vector<Item> items;
+  items.swap(items_);
+  std::vector<store::Change> changes;
+  for (auto& item : items) {
+    if (item.change) changes.push_back(std::move(*item.change));
+  }
+  std::vector<Result<void>> results;
+  if (!changes.empty()) {
+    results = store_.commit(changes);
+    ++batches_;
+    committed_ += changes.size();
+  }
+  std::size_t next = 0;
+  for (auto& item : items) {
+    if (item.then) {
+      item.then();
+      continue;
+    }
+    const Result<void>& r = results[next++];
+    if (!r) on_failure_(r.error());
+    if (item.done) item.done(r);
+  }
+}
+
+}  // namespace corral::service

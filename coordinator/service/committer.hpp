@@ -1,0 +1,51 @@
+#pragma once
+// Committer: group commit for the coordinator. State changes queue here during one turn
+// of the event loop and are written in one SQLite transaction (one sync) at the end of
+// it; only then do their callbacks run, which is where responses and agent messages
+// are sent. So nothing is acknowledged or acted on before it is durable. Lives on the
+// event loop's thread.
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "common/net/event_loop.hpp"
+#include "coordinator/store/store.hpp"
+
+namespace corral::service {
+
+class Committer {
+ public:
+  using Done = std::function<void(const Result<void>&)>;
+
+  Committer(net::EventLoop& loop, store::Store& store, std::function<void(const Error&)> on_failure)
+      : loop_(loop), store_(store), on_failure_(std::move(on_failure)) {}
+
+  // Queues a change; `done` runs once it is committed (or failed).
+  void enqueue(store::Change change, Done done = {});
+  // Runs `fn` once everything queued before it is durable.
+  void then(std::function<void()> fn);
+  // Commits what is queued now, on this call's stack (for shutdown and tests).
+  void flush();
+
+  std::size_t batches() const { return batches_; }
+  std::size_t committed() const { return committed_; }
+
+ private:
+  struct Item {
+    std::optional<store::Change> change;
+    Done done;
+    std::function<void()> then;
+  };
+  void schedule_flush();
+
+  net::EventLoop& loop_;
+  store::Store& store_;
+  std::function<void(const Error&)> on_failure_;
+  std::vector<Item> items_;
+  bool posted_ = false;
+  std::size_t batches_ = 0;
+  std::size_t committed_ = 0;
+};
+
+}  // namespace corral::service

@@ -1,0 +1,118 @@
+#include "coordinator/service/views.hpp"
+
+#include <ctime>
+
+#include "common/protocol/model_json.hpp"
+
+namespace corral::service {
+
+std::string format_time(TimePoint t) {
+  auto ms = to_millis(t);
+  std::time_t secs = static_cast<std::time_t>(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
+  int millis = static_cast<int>(ms - static_cast<std::int64_t>(secs) * 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buf;
+}
+
+Json time_json(const std::optional<TimePoint>& t) { return t ? Json(format_time(*t)) : Json(nullptr); }
+
+namespace {
+template <typename T>
+Json opt(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+}  // namespace
+
+Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
+  const auto& r = *view.record;
+  Json ranks = Json::array();
+  for (const auto& k : r.ranks) {
+    ranks.push_back(Json{{"rank", k.rank},
+                         {"node", k.node},
+                         {"local_rank", k.local_rank},
+                         {"gpus", k.gpus},
+                         {"gpu_uuids", k.gpu_uuids},
+                         {"pid", k.pid == 0 ? Json(nullptr) : Json(k.pid)},
+                         {"state", k.state},
+                         {"exit_code", opt(k.exit_code)},
+                         {"signal", opt(k.signal)}});
+  }
+  std::string reason = r.reason;
+  std::string detail;
+  if (view.pending && r.state == model::JobState::Pending) {
+    reason = std::string(sched::to_string(view.pending->code));
+    detail = view.pending->detail;
+  }
+  Json j{{"id", r.id},
+         {"name", r.name},
+         {"user", r.user},
+         {"state", std::string(model::to_string(r.state))},
+         {"reason", reason},
+         {"detail", detail},
+         {"attempt", r.attempt},
+         {"retries", view.retries},
+         {"priority", view.priority},
+         {"nodes", view.nodes},
+         {"gpus", view.gpus},
+         {"time_limit", view.time_limit ? Json(std::chrono::duration<double>(*view.time_limit).count()) : Json(nullptr)},
+         {"submitted_at", format_time(r.submitted_at)},
+         {"started_at", time_json(r.started_at)},
+         {"ended_at", time_json(r.ended_at)},
+         {"master_addr", r.allocation ? Json(r.allocation->master_addr) : Json(nullptr)},
+         {"master_port", r.allocation ? Json(r.allocation->master_port) : Json(nullptr)},
+         {"node_list", Json::array()},
+         {"failed_rank", opt(r.failed_rank)},
+         {"failed_node", r.failed_node},
+         {"exit_code", opt(r.exit_code)},
+         {"ranks", ranks}};
+  if (r.allocation) {
+    for (const auto& na : r.allocation->nodes) j["node_list"].push_back(na.node);
+  }
+  if (events != nullptr) {
+    Json ev = Json::array();
+    for (const auto& e : *events) ev.push_back(Json{{"at", format_time(e.at)}, {"text", e.text}});
+    j["events"] = ev;
+  }
+  return j;
+}
+
+Json node_json(const NodeView& view) {
+  const auto& n = *view.node;
+  Json gpus = Json::array();
+  for (std::size_t i = 0; i < n.gpus.size(); ++i) {
+    Json g = protocol::to_json(n.gpus[i]);
+    g["job"] = i < view.holders.size() && view.holders[i] ? Json(*view.holders[i]) : Json(nullptr);
+    gpus.push_back(std::move(g));
+  }
+  return Json{{"name", n.name},
+              {"address", n.address},
+              {"state", std::string(model::to_string(n.state))},
+              {"reason", n.reason},
+              {"simulated", n.simulated},
+              {"connected", view.connected},
+              {"last_seen", time_json(view.last_seen)},
+              {"driver", view.driver},
+              {"cuda", view.cuda},
+              {"ports", Json::array({n.ports.first, n.ports.last})},
+              {"gpus", gpus}};
+}
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace corral::service

@@ -1,0 +1,45 @@
+#pragma once
+// JSON and HTML renderings of jobs and nodes for the API and the status page. Include
+// only from .cpp files (brings nlohmann/json).
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/core/time.hpp"
+#include "common/model/inventory.hpp"
+#include "coordinator/sched/pending_reason.hpp"
+#include "coordinator/store/store.hpp"
+
+namespace corral::service {
+
+using Json = nlohmann::json;
+
+std::string format_time(TimePoint t);  // RFC 3339 UTC with milliseconds
+Json time_json(const std::optional<TimePoint>& t);
+
+struct JobView {
+  const store::JobRecord* record = nullptr;
+  int nodes = 0;
+  int gpus = 0;
+  int retries = 0;
+  int priority = 0;
+  std::optional<Duration> time_limit;
+  std::optional<sched::PendingReason> pending;  // live reason while PENDING
+};
+Json job_json(const JobView& view, const std::vector<store::JobEvent>* events);
+
+struct NodeView {
+  const model::Node* node = nullptr;
+  bool connected = false;
+  std::optional<TimePoint> last_seen;
+  std::string driver;
+  std::string cuda;
+  std::vector<std::optional<model::JobId>> holders;  // per GPU, in node.gpus order
+};
+Json node_json(const NodeView& view);
+
+std::string html_escape(const std::string& text);
+
+}  // namespace corral::service

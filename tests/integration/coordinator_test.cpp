@@ -1,0 +1,354 @@
+// The real corral-coordinator over real TLS on 127.0.0.1, with certificates made by
+// `init` and scripted agents that speak the real WebSocket protocol.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <iostream>
+#include <thread>
+
+#include "tests/support/cluster.hpp"
+#include "tests/support/scripted_agent.hpp"
+
+namespace corral {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+using testing::CoordinatorProcess;
+using testing::ScriptedAgent;
+
+protocol::Hello hello_for(const std::string& node, const std::string& address, int gpus) {
+  protocol::Hello h;
+  h.node = node;
+  h.address = address;
+  h.ports = {29500, 29510};
+  h.simulated = true;
+  h.driver = "550.54.15";
+  h.cuda = {12, 4};
+  for (int i = 0; i < gpus; ++i) {
+    model::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + node + "-" + std::to_string(i);
+    g.cls = {"NVIDIA A100-SXM4-80GB", 81920, "550.54.15"};
+    g.cuda = {12, 4};
+    h.gpus.push_back(g);
+  }
+  return h;
+}
+
+const char* kTwoNodeJob = R"(name: ddp
+command: [corral-worker, tcp-check]
+resources:
+  nodes: 2
+  gpus_per_node: 2
+)";
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(coord_.init_ok());
+    ASSERT_EQ(coord_.token().size(), 64u);
+    ASSERT_TRUE(coord_.start());
+    coord_.agent_cert("gpu-a");
+    certs_ = coord_.agent_cert("gpu-b");
+    ASSERT_FALSE(certs_.empty());
+    http_ = coord_.client();
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& line : coord_.process().lines()) std::cerr << "coordinator: " << line << "\n";
+    }
+  }
+
+  net::HttpResponse call(const std::string& method, const std::string& target, const std::string& body = {},
+                         std::string token = "") {
+    if (token.empty()) token = coord_.token();
+    auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + token}});
+    EXPECT_TRUE(r.has_value()) << r.error().message();
+    return r ? *r : net::HttpResponse{0, "", "", {}};
+  }
+
+  model::JobId submit(const std::string& spec, const std::string& token = "") {
+    auto r = call("POST", "/v1/jobs", Json{{"spec", spec}, {"file", "job.yaml"}}.dump(), token);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.status == 201 ? Json::parse(r.body)["id"].get<model::JobId>() : 0;
+  }
+
+  Json job(model::JobId id) { return Json::parse(call("GET", "/v1/jobs/" + std::to_string(id)).body); }
+
+  // Polls the API until the job is in `state` (agent messages and HTTP requests travel
+  // on different connections, so there is no event to wait on in between).
+  bool reaches(model::JobId id, const std::string& state, std::chrono::milliseconds timeout = 5s) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (job(id)["state"] == state) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  // Both agents join; the 2-node job is prepared on its rank-0 node and launched on both.
+  struct Launched {
+    protocol::Prepare prepare;
+    protocol::Launch on_a;
+    protocol::Launch on_b;
+  };
+  std::optional<Launched> run_two_node_job(ScriptedAgent& a, ScriptedAgent& b, model::JobId& id) {
+    id = submit(kTwoNodeJob);
+    ScriptedAgent& master = a;
+    auto prepare = master.expect<protocol::Prepare>();
+    if (!prepare) return std::nullopt;
+    master.send(protocol::PrepareResult{prepare->job, prepare->attempt, true, false, "", ""});
+    auto la = a.expect<protocol::Launch>();
+    auto lb = b.expect<protocol::Launch>();
+    if (!la || !lb) return std::nullopt;
+    return Launched{*prepare, *la, *lb};
+  }
+
+  testing::TempDir dir_;
+  CoordinatorProcess coord_{dir_};
+  std::string certs_;
+  std::unique_ptr<net::HttpClient> http_;
+};
+
+TEST_F(CoordinatorTest, RunsATwoNodeJobFromSubmitToCompleted) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  model::JobId id = 0;
+  auto l = run_two_node_job(a, b, id);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->prepare.master_addr, "10.0.0.1");
+  EXPECT_EQ(l->prepare.master_port, 29500);
+  // One rendezvous record for both nodes; each gets its own ranks.
+  EXPECT_EQ(l->on_a.master_addr, l->on_b.master_addr);
+  EXPECT_EQ(l->on_a.master_port, 29500);
+  EXPECT_EQ(l->on_a.world_size, 4);
+  EXPECT_EQ(l->on_a.nodes, (std::vector<std::string>{"gpu-a", "gpu-b"}));
+  ASSERT_EQ(l->on_a.ranks.size(), 2u);
+  EXPECT_EQ(l->on_b.ranks[0].rank, 2);
+  EXPECT_EQ(l->on_b.ranks[1].gpus, std::vector<int>{1});
+  EXPECT_EQ(l->on_a.command.argv, (std::vector<std::string>{"corral-worker", "tcp-check"}));
+  for (int r = 0; r < 4; ++r) {
+    (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  }
+  EXPECT_TRUE(reaches(id, "RUNNING"));
+  for (int r = 0; r < 4; ++r) {
+    (r < 2 ? a : b).send(protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
+  }
+  EXPECT_TRUE(reaches(id, "COMPLETED"));
+  Json j = job(id);
+  EXPECT_EQ(j["exit_code"], 0);
+  EXPECT_EQ(j["ranks"][3]["state"], "EXITED");
+  EXPECT_EQ(j["ranks"][0]["gpu_uuids"][0], "GPU-gpu-a-0");
+  EXPECT_GE(j["events"].size(), 4u);
+  // The GPUs and the port are free again: the same job lands on the same port.
+  auto l2 = run_two_node_job(a, b, id);
+  ASSERT_TRUE(l2.has_value());
+  EXPECT_EQ(l2->prepare.master_port, 29500);
+}
+
+TEST_F(CoordinatorTest, AFailingRankTearsTheGangDownEverywhere) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  model::JobId id = 0;
+  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  b.send(protocol::RankExited{id, 0, 3, 7, 0, "exited with code 7", false});
+  auto ka = a.expect<protocol::Kill>();
+  auto kb = b.expect<protocol::Kill>();
+  ASSERT_TRUE(ka && kb);
+  EXPECT_EQ(ka->job, id);
+  EXPECT_EQ(ka->grace_ms, 1000);
+  Json j = job(id);
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["failed_rank"], 3);
+  EXPECT_EQ(j["failed_node"], "gpu-b");
+  EXPECT_EQ(j["exit_code"], 7);
+}
+
+TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  model::JobId id = 0;
+  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  b.heartbeats = false;  // gpu-b goes silent but keeps its connection
+  auto started = std::chrono::steady_clock::now();
+  auto kill = a.expect<protocol::Kill>(5s);
+  ASSERT_TRUE(kill.has_value());
+  auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_LT(took, 1500ms + 1s);  // node_timeout plus a second
+  Json j = job(id);
+  EXPECT_EQ(j["state"], "NODE_FAIL");
+  Json nodes = Json::parse(call("GET", "/v1/nodes").body);
+  EXPECT_EQ(nodes[1]["name"], "gpu-b");
+  EXPECT_EQ(nodes[1]["state"], "down");
+}
+
+TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedSubmit) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  model::JobId id = 0;
+  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::vector<model::JobId> queued;
+  for (int i = 0; i < 20; ++i) queued.push_back(submit(kTwoNodeJob));
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client();
+  // Agents come back and report what still runs.
+  auto ha = hello_for("gpu-a", "10.0.0.1", 2);
+  ha.running = {{id, 0, 0, 1000}, {id, 0, 1, 1001}};
+  auto hb = hello_for("gpu-b", "10.0.0.2", 2);
+  hb.running = {{id, 0, 2, 1002}, {id, 0, 3, 1003}};
+  ScriptedAgent a2(coord_.url(), certs_, ha);
+  ScriptedAgent b2(coord_.url(), certs_, hb);
+  ASSERT_TRUE(a2.connect());
+  ASSERT_TRUE(b2.connect());
+  auto keep = a2.expect<protocol::Reconcile>();
+  ASSERT_TRUE(keep.has_value());
+  EXPECT_EQ(keep->keep, (std::vector<std::pair<model::JobId, int>>{{id, 0}}));
+  EXPECT_EQ(job(id)["state"], "RUNNING");
+  for (model::JobId q : queued) EXPECT_EQ(job(q)["state"], "PENDING") << q;
+  for (int r = 0; r < 4; ++r) (r < 2 ? a2 : b2).send(protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
+  // The next job goes to the freed GPUs once this one completes.
+  auto next = a2.expect<protocol::Prepare>();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_TRUE(reaches(id, "COMPLETED"));
+}
+
+TEST_F(CoordinatorTest, AJobWhoseRanksAreGoneAfterARestartIsNodeFail) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  model::JobId id = 0;
+  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client();
+  auto ha = hello_for("gpu-a", "10.0.0.1", 2);
+  ha.running = {{id, 0, 0, 1000}, {id, 0, 1, 1001}};
+  ScriptedAgent a2(coord_.url(), certs_, ha);
+  ScriptedAgent b2(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));  // its ranks are gone
+  ASSERT_TRUE(a2.connect());
+  ASSERT_TRUE(b2.connect());
+  auto kill = a2.expect<protocol::Kill>();
+  ASSERT_TRUE(kill.has_value());
+  EXPECT_TRUE(reaches(id, "NODE_FAIL"));
+}
+
+TEST_F(CoordinatorTest, ABusyPortIsSkippedWithoutTheUserNoticing) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  model::JobId id = submit(kTwoNodeJob);
+  auto p1 = a.expect<protocol::Prepare>();
+  ASSERT_TRUE(p1.has_value());
+  a.send(protocol::PrepareResult{id, 0, false, true, "", "bind: Address already in use"});
+  auto p2 = a.expect<protocol::Prepare>();
+  ASSERT_TRUE(p2.has_value());
+  EXPECT_EQ(p2->master_port, 29501);
+  EXPECT_EQ(p2->attempt, 0);
+}
+
+TEST_F(CoordinatorTest, TokensAndOwnershipAreEnforced) {
+  auto none = http_->request("GET", "/v1/jobs");
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(Json::parse(none->body)["error"], "missing bearer token (Authorization: Bearer TOKEN)");
+  EXPECT_EQ(call("GET", "/v1/jobs", "", std::string(64, 'f')).status, 401);
+  std::string bob = coord_.add_user("bob");
+  ASSERT_EQ(bob.size(), 64u);
+  EXPECT_EQ(call("GET", "/v1/jobs", "", bob).status, 200);
+  model::JobId mine = submit(kTwoNodeJob);  // tester's (admin) job
+  auto r = call("POST", "/v1/jobs/" + std::to_string(mine) + "/cancel", "", bob);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(call("GET", "/v1/jobs/" + std::to_string(mine) + "/logs", "", bob).status, 403);
+  EXPECT_EQ(call("POST", "/v1/nodes/gpu-a/drain", R"({"reason":"x"})", bob).status, 403);
+  model::JobId bobs = submit(kTwoNodeJob, bob);
+  EXPECT_EQ(job(bobs)["user"], "bob");
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(bobs) + "/cancel", "", bob).status, 200);
+  EXPECT_EQ(job(bobs)["state"], "CANCELLED");
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(bobs) + "/cancel", "", bob).status, 409);
+}
+
+TEST_F(CoordinatorTest, AnAgentCertificateFromAnotherCaIsRefused) {
+  testing::TempDir other;
+  testing::CoordinatorProcess foreign(other);
+  std::string rogue = foreign.agent_cert("gpu-a");
+  // The rogue agent trusts our server (so the handshake reaches the client certificate).
+  std::filesystem::copy_file(coord_.ca(), rogue + "/ca.pem", std::filesystem::copy_options::overwrite_existing);
+  ScriptedAgent agent(coord_.url(), rogue, hello_for("gpu-a", "10.0.0.1", 2));
+  EXPECT_FALSE(agent.connect(3s));
+  EXPECT_TRUE(agent.closed().has_value());
+  EXPECT_EQ(Json::parse(call("GET", "/v1/nodes").body).size(), 0u);
+}
+
+TEST_F(CoordinatorTest, AnAgentCannotSpeakForAnotherNode) {
+  auto hello = hello_for("gpu-b", "10.0.0.2", 2);
+  ScriptedAgent liar(coord_.url(), certs_, hello);
+  // Its certificate says gpu-a; its hello says gpu-b.
+  std::filesystem::copy_file(certs_ + "/gpu-a.pem", certs_ + "/gpu-b.pem", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(certs_ + "/gpu-a.key", certs_ + "/gpu-b.key", std::filesystem::copy_options::overwrite_existing);
+  EXPECT_FALSE(liar.connect(3s));
+  EXPECT_EQ(Json::parse(call("GET", "/v1/nodes").body).size(), 0u);
+}
+
+TEST_F(CoordinatorTest, BadRequestsChangeNothingAndTheDaemonKeepsServing) {
+  EXPECT_EQ(call("POST", "/v1/jobs", "{not json").status, 400);
+  EXPECT_EQ(call("POST", "/v1/jobs", R"({"spec": 5})").status, 400);
+  auto bad_spec = call("POST", "/v1/jobs", Json{{"spec", "name: x\ncommand: true\nresources: {gpus_per_node: four}\n"}}.dump());
+  EXPECT_EQ(bad_spec.status, 400);
+  EXPECT_FALSE(Json::parse(bad_spec.body)["problems"].empty());
+  EXPECT_EQ(call("POST", "/v1/jobs", std::string(2 * 1024 * 1024, 'x')).status, 413);
+  EXPECT_EQ(call("GET", "/v1/jobs/abc").status, 400);
+  EXPECT_EQ(call("GET", "/v1/jobs/999").status, 404);
+  EXPECT_EQ(call("DELETE", "/v1/jobs").status, 405);
+  // A malformed agent message is dropped; the agent stays connected and usable.
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ASSERT_TRUE(a.connect());
+  EXPECT_EQ(Json::parse(call("GET", "/v1/jobs?all=1").body).size(), 0u);
+  auto ok = call("GET", "/v1/whoami");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(Json::parse(ok.body)["user"], "tester");
+}
+
+TEST_F(CoordinatorTest, AJobNoNodeCouldRunIsRefusedAtSubmit) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  auto r = call("POST", "/v1/jobs", Json{{"spec", "name: big\ncommand: true\nresources: {gpus_per_node: 16}\n"}}.dump());
+  EXPECT_EQ(r.status, 422);
+  EXPECT_EQ(Json::parse(call("GET", "/v1/jobs?all=1").body).size(), 0u);
+  // One GPU taken on each node: two are free, but not two on one node.
+  submit("name: spread\ncommand: true\nresources: {nodes: 2, gpus_per_node: 1}\n");
+  ASSERT_TRUE(a.expect<protocol::Prepare>().has_value());
+  auto dry = call("POST", "/v1/jobs",
+                  Json{{"spec", "name: pair\ncommand: true\nresources: {gpus_per_node: 2}\n"}, {"dry_run", true}}.dump());
+  ASSERT_EQ(dry.status, 200) << dry.body;
+  Json d = Json::parse(dry.body);
+  EXPECT_EQ(d["would_start"], false);
+  EXPECT_EQ(d["reason"], "NoHomogeneousSet");
+  EXPECT_EQ(d["detail"], "no homogeneous set of 2 GPUs: largest free set is 2 × NVIDIA A100-SXM4-80GB on gpu-a, gpu-b")
+      << d.dump();
+  EXPECT_EQ(Json::parse(call("GET", "/v1/jobs?all=1").body).size(), 1u);  // a dry run stores nothing
+}
+
+}  // namespace
+}  // namespace corral
