@@ -1,0 +1,64 @@
+#include "cli/api_client.hpp"
+
+#include "common/net/http_client.hpp"
+#include "common/protocol/json_reader.hpp"
+
+namespace corral::cli {
+
+HttpApiClient::HttpApiClient(SettingsSource settings, Duration timeout)
+    : settings_(std::move(settings)), timeout_(timeout) {}
+
+HttpApiClient::~HttpApiClient() = default;
+
+Result<void> HttpApiClient::connect() {
+  auto settings = settings_();
+  if (!settings) return std::unexpected(settings.error());
+  // create() fails on a malformed URL or an unreadable CA file: both are settings to fix,
+  // hence InvalidArgument (exit 2), not a connection failure.
+  auto http = net::HttpClient::create(settings->url, net::ClientTls{settings->ca, "", ""}, timeout_);
+  if (!http) return make_error(ErrorCode::InvalidArgument, http.error().message());
+  http_ = std::move(*http);
+  token_ = settings->token;
+  return {};
+}
+
+Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::string& target,
+                                        const std::string& body) {
+  if (!http_) {
+    if (auto c = connect(); !c) return std::unexpected(c.error());
+  }
+  auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
+  if (!r) {
+    ErrorCode code = r.error().code() == ErrorCode::Timeout ? ErrorCode::Timeout : ErrorCode::Unavailable;
+    return make_error(code, r.error().message());
+  }
+  return ApiResponse{r->status, std::move(r->body)};
+}
+
+Error error_from_response(const ApiResponse& response) {
+  std::string message;
+  if (auto j = protocol::parse_json(response.body, 1024 * 1024); j && j->is_object()) {
+    protocol::JsonReader r(*j);
+    message = r.str("error", 64 * 1024, "");
+  }
+  if (message.empty()) message = "the coordinator answered HTTP " + std::to_string(response.status);
+  switch (response.status) {
+    case 400:
+      return Error(ErrorCode::InvalidArgument, message);
+    case 401:
+      return Error(ErrorCode::Unauthenticated, "not authenticated: " + message);
+    case 403:
+      return Error(ErrorCode::PermissionDenied, "not allowed: " + message);
+    case 404:
+      return Error(ErrorCode::NotFound, message);
+    case 409:
+      return Error(ErrorCode::Conflict, message);
+    case 413:
+    case 422:
+      return Error(ErrorCode::ResourceExhausted, message);
+    default:
+      return Error(ErrorCode::Internal, message);
+  }
+}
+
+}  // namespace corral::cli

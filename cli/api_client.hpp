@@ -1,0 +1,65 @@
+#pragma once
+// ApiClient: the coordinator's HTTP API (docs/api.md) as the commands see it, one call at
+// a time on the calling thread. HttpApiClient is the real one; tests hand in a fake.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cli/connection.hpp"
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+
+namespace corral::net {
+class HttpClient;
+}
+
+namespace corral::cli {
+
+struct ApiResponse {
+  int status = 0;
+  std::string body;
+};
+
+class ApiClient {
+ public:
+  virtual ~ApiClient() = default;
+  // An HTTP answer of any status, or a failure to get one: Unavailable or Timeout when
+  // the coordinator cannot be reached (TLS failures included), InvalidArgument when the
+  // connection settings are missing or unusable.
+  virtual Result<ApiResponse> call(const std::string& method, const std::string& target,
+                                   const std::string& body = {}) = 0;
+};
+
+// Resolves its settings and connects on the first call, so that commands which fail
+// before talking to the coordinator (a spec that does not validate) need no config.
+// Keeps one kept-alive connection; not thread-safe.
+class HttpApiClient final : public ApiClient {
+ public:
+  using SettingsSource = std::function<Result<ConnectionSettings>()>;
+
+  explicit HttpApiClient(SettingsSource settings, Duration timeout = std::chrono::seconds(30));
+  ~HttpApiClient() override;
+  HttpApiClient(const HttpApiClient&) = delete;
+  HttpApiClient& operator=(const HttpApiClient&) = delete;
+
+  Result<ApiResponse> call(const std::string& method, const std::string& target,
+                           const std::string& body) override;
+
+ private:
+  Result<void> connect();
+
+  SettingsSource settings_;
+  Duration timeout_;
+  std::string token_;
+  std::unique_ptr<net::HttpClient> http_;
+};
+
+// The Error for a non-2xx answer, from its {"error": "..."} body. The code decides the
+// exit code (exit_codes.hpp): 401 Unauthenticated (3); 400 InvalidArgument (2: the
+// coordinator refused what the user typed or wrote); 403 PermissionDenied with the
+// message "not allowed: ..."; 404 NotFound; 409 Conflict; 413 and 422 ResourceExhausted;
+// anything else Internal (all 1).
+Error error_from_response(const ApiResponse& response);
+
+}  // namespace corral::cli

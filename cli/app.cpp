@@ -1,0 +1,150 @@
+#include "cli/app.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <ostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/exit_codes.hpp"
+#include "common/core/strings.hpp"
+
+namespace corral::cli {
+
+Result<Duration> parse_timeout(const std::string& text) {
+  double seconds = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (!text.empty() && ec == std::errc() && end == text.data() + text.size()) {
+    if (!std::isfinite(seconds) || seconds < 0 || seconds > 365.0 * 86400) {
+      return make_error(ErrorCode::InvalidArgument, "--timeout: must be from 0 to 365 days, got " + text);
+    }
+    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
+  }
+  auto d = parse_duration(text);
+  if (!d) return make_error(ErrorCode::InvalidArgument, "--timeout: " + d.error().message());
+  return *d;
+}
+
+namespace {
+
+// CLI11's own range checks print the double range of the type; these name the rule.
+CLI::Validator integer_at_least(long long min, const std::string& what) {
+  return CLI::Validator(
+      [min, what](std::string& value) -> std::string {
+        long long v = 0;
+        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+        if (value.empty() || ec != std::errc() || end != value.data() + value.size() || v < min) {
+          return "must be " + what + ", got \"" + value + "\"";
+        }
+        return {};
+      },
+      "", "");
+}
+
+}  // namespace
+
+int run_app(const std::vector<std::string>& args, AppContext& ctx) {
+  CLI::App app{"corral: submit GPU jobs to a corral cluster and watch them", "corral"};
+  app.require_subcommand(1);
+  const CLI::Validator job_id = integer_at_least(1, "a job id (a positive integer)");
+  // Lets --config follow the subcommand as well as precede it.
+  app.fallthrough();
+  std::string config_file;
+  auto* config_opt =
+      app.add_option("--config", config_file,
+                     "Settings file (default: $XDG_CONFIG_HOME/corral/config.yaml or "
+                     "~/.config/corral/config.yaml); CORRAL_URL, CORRAL_TOKEN and CORRAL_CA override it");
+
+  SubmitOptions submit_opts;
+  auto* submit = app.add_subcommand("submit", "Validate a job spec and submit it");
+  submit->add_option("FILE", submit_opts.file, "The job spec (YAML)")->required();
+  submit->add_flag("--dry-run", submit_opts.dry_run,
+                   "Say where the job would start, or why it would wait; submit nothing");
+  submit->add_flag("--json", submit_opts.json, "Print the coordinator's JSON answer");
+
+  QueueOptions queue_opts;
+  auto* queue = app.add_subcommand("queue", "List live jobs (PENDING, STARTING, RUNNING)");
+  queue->add_flag("--all", queue_opts.all, "Every job, ended ones too");
+  queue->add_option("--user", queue_opts.user, "Only this user's jobs");
+  queue->add_flag("--json", queue_opts.json, "Print the coordinator's JSON list");
+
+  JobOptions show_opts;
+  auto* show = app.add_subcommand("show", "Everything about one job: fields, ranks, events");
+  show->add_option("JOB", show_opts.job, "Job id")->required()->check(job_id);
+  show->add_flag("--json", show_opts.json, "Print the coordinator's JSON");
+
+  bool nodes_json = false;
+  auto* nodes = app.add_subcommand("nodes", "List nodes and their GPUs");
+  nodes->add_flag("--json", nodes_json, "Print the coordinator's JSON list");
+
+  JobOptions cancel_opts;
+  auto* cancel = app.add_subcommand("cancel", "Cancel a job (its owner or an admin)");
+  cancel->add_option("JOB", cancel_opts.job, "Job id")->required()->check(job_id);
+  cancel->add_flag("--json", cancel_opts.json, "Print the coordinator's JSON answer");
+
+  WaitOptions wait_opts;
+  std::string timeout_text;
+  auto* wait = app.add_subcommand("wait", "Wait until a job ends; exit 0 only if it COMPLETED");
+  wait->add_option("JOB", wait_opts.job, "Job id")->required()->check(job_id);
+  auto* timeout_opt =
+      wait->add_option("--timeout", timeout_text, "Give up after S seconds (or 90s, 30m, 2h) with exit 1");
+  wait->add_flag("--json", wait_opts.json, "Print the job's final JSON");
+
+  LogsOptions logs_opts;
+  auto* logs = app.add_subcommand("logs", "Print a rank's output (its owner or an admin)");
+  logs->add_option("JOB", logs_opts.job, "Job id")->required()->check(job_id);
+  logs->add_option("--rank", logs_opts.rank, "Rank (default 0)")
+      ->check(integer_at_least(0, "a rank number (0 or more)"));
+  logs->add_flag("--follow,-f", logs_opts.follow,
+                 "Keep printing until the rank has ended and its log is drained");
+
+  NodeOptions drain_opts;
+  auto* drain = app.add_subcommand("drain", "Stop placing jobs on a node (admin)");
+  drain->add_option("NODE", drain_opts.node, "Node name")->required();
+  drain->add_option("--reason", drain_opts.reason, "Why, shown in `corral nodes`")->required();
+  drain->add_flag("--json", drain_opts.json, "Print the coordinator's JSON answer");
+
+  NodeOptions resume_opts;
+  auto* resume = app.add_subcommand("resume", "Place jobs on a drained node again (admin)");
+  resume->add_option("NODE", resume_opts.node, "Node name")->required();
+  resume->add_flag("--json", resume_opts.json, "Print the coordinator's JSON answer");
+
+  try {
+    // CLI11 takes the arguments last first.
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e, ctx.out, ctx.err);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+
+  auto usage = [&ctx](const std::string& message) {
+    ctx.err << "corral: " << message << "\n";
+    return kExitUsage;
+  };
+  if (*timeout_opt) {
+    auto t = parse_timeout(timeout_text);
+    if (!t) return usage(t.error().message());
+    wait_opts.timeout = *t;
+  }
+  if (*drain && drain_opts.reason.empty()) return usage("drain: --reason must not be empty");
+
+  std::optional<std::string> config;
+  if (*config_opt) config = config_file;
+  auto api = ctx.make_api([config, env = ctx.env] { return load_connection_settings(config, env); });
+  CommandContext cc{*api, ctx.out, ctx.err, ctx.clock, ctx.sleep};
+  if (*submit) return run_submit(cc, submit_opts);
+  if (*queue) return run_queue(cc, queue_opts);
+  if (*show) return run_show(cc, show_opts);
+  if (*nodes) return run_nodes(cc, nodes_json);
+  if (*cancel) return run_cancel(cc, cancel_opts);
+  if (*wait) return run_wait(cc, wait_opts);
+  if (*logs) return run_logs(cc, logs_opts);
+  if (*drain) return run_drain(cc, drain_opts);
+  if (*resume) return run_resume(cc, resume_opts);
+  return usage("no command given; see corral --help");
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,266 @@
+#include "cli/commands.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/exit_codes.hpp"
+#include "cli/format.hpp"
+#include "cli/views.hpp"
+#include "common/model/job_spec_yaml.hpp"
+#include "common/net/http_types.hpp"
+
+namespace corral::cli {
+
+namespace {
+
+using Json = nlohmann::json;
+
+int fail(CommandContext& ctx, const Error& error) {
+  ctx.err << "corral: " << error.message() << "\n";
+  return exit_code_for(error);
+}
+
+// One call that must answer `expected`; any other answer becomes its Error.
+Result<std::string> call(CommandContext& ctx, const std::string& method, const std::string& target,
+                         const std::string& body = {}, int expected = 200) {
+  auto r = ctx.api.call(method, target, body);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != expected) return std::unexpected(error_from_response(*r));
+  return std::move(r->body);
+}
+
+int print_json(CommandContext& ctx, const std::string& body) {
+  auto pretty = pretty_json(body);
+  if (!pretty) return fail(ctx, pretty.error());
+  ctx.out << *pretty;
+  return kExitOk;
+}
+
+std::string job_path(std::int64_t id) {
+  return "/v1/jobs/" + std::to_string(id);
+}
+
+// Reads the spec file, refusing more than the coordinator would take before reading it all.
+Result<std::string> read_spec(const std::string& path, std::size_t limit) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return make_error(ErrorCode::InvalidArgument, path + ": is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::InvalidArgument, "cannot read " + path + ": " + std::strerror(errno));
+  std::string text(limit + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return make_error(ErrorCode::InvalidArgument, "cannot read " + path);
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > limit) {
+    auto size = std::filesystem::file_size(path, ec);
+    std::string how_big = ec ? "more than " + std::to_string(limit) : std::to_string(size);
+    return make_error(ErrorCode::InvalidArgument,
+                      path + ": file is " + how_big + " bytes; the limit is " + std::to_string(limit));
+  }
+  return text;
+}
+
+}  // namespace
+
+int run_submit(CommandContext& ctx, const SubmitOptions& options) {
+  const model::SpecLimits limits;
+  auto text = read_spec(options.file, limits.max_file_bytes);
+  if (!text) return fail(ctx, text.error());
+  // Checked here first so that every problem is shown with the path as typed, which
+  // editors and terminals can jump to, before anything is sent.
+  if (auto spec = model::parse_job_spec(*text, options.file, limits); !spec) {
+    if (spec.error().code() != ErrorCode::InvalidArgument) return fail(ctx, spec.error());
+    ctx.err << spec.error().message() << "\n";
+    return kExitUsage;
+  }
+  Json body{{"spec", *text},
+            {"file", std::filesystem::path(options.file).filename().string()},
+            {"dry_run", options.dry_run}};
+  auto r = ctx.api.call("POST", "/v1/jobs", body.dump(-1, ' ', false, Json::error_handler_t::replace));
+  if (!r) return fail(ctx, r.error());
+  if (r->status == 400) {
+    // The coordinator's parser may be newer than ours and find more.
+    auto problems = parse_problems(r->body);
+    if (problems.empty()) return fail(ctx, error_from_response(*r));
+    for (const auto& p : problems) ctx.err << p << "\n";
+    return kExitUsage;
+  }
+  const int expected = options.dry_run ? 200 : 201;
+  if (r->status != expected) return fail(ctx, error_from_response(*r));
+  if (options.json) return print_json(ctx, r->body);
+  if (options.dry_run) {
+    auto d = parse_dry_run(r->body);
+    if (!d) return fail(ctx, d.error());
+    ctx.out << format_dry_run(*d);
+    return kExitOk;
+  }
+  auto id = parse_submitted_id(r->body);
+  if (!id) return fail(ctx, id.error());
+  ctx.out << "Submitted job " << *id << "\n";
+  return kExitOk;
+}
+
+int run_queue(CommandContext& ctx, const QueueOptions& options) {
+  std::string target = "/v1/jobs";
+  std::string query;
+  if (options.all) query += "all=1";
+  if (!options.user.empty())
+    query += (query.empty() ? "" : "&") + std::string("user=") + net::percent_encode(options.user);
+  if (!query.empty()) target += "?" + query;
+  auto body = call(ctx, "GET", target);
+  if (!body) return fail(ctx, body.error());
+  if (options.json) return print_json(ctx, *body);
+  auto jobs = parse_jobs(*body);
+  if (!jobs) return fail(ctx, jobs.error());
+  ctx.out << format_queue(*jobs, ctx.clock.now());
+  return kExitOk;
+}
+
+int run_show(CommandContext& ctx, const JobOptions& options) {
+  auto body = call(ctx, "GET", job_path(options.job));
+  if (!body) return fail(ctx, body.error());
+  if (options.json) return print_json(ctx, *body);
+  auto job = parse_job(*body);
+  if (!job) return fail(ctx, job.error());
+  ctx.out << format_job(*job, ctx.clock.now());
+  return kExitOk;
+}
+
+int run_nodes(CommandContext& ctx, bool json) {
+  auto body = call(ctx, "GET", "/v1/nodes");
+  if (!body) return fail(ctx, body.error());
+  if (json) return print_json(ctx, *body);
+  auto nodes = parse_nodes(*body);
+  if (!nodes) return fail(ctx, nodes.error());
+  ctx.out << format_nodes(*nodes);
+  return kExitOk;
+}
+
+int run_cancel(CommandContext& ctx, const JobOptions& options) {
+  auto body = call(ctx, "POST", job_path(options.job) + "/cancel");
+  if (!body) return fail(ctx, body.error());
+  if (options.json) return print_json(ctx, *body);
+  auto job = parse_job(*body);
+  if (!job) return fail(ctx, job.error());
+  ctx.out << "Cancelled job " << options.job;
+  // Ranks may still be stopping: say so rather than claim they are gone.
+  if (job->state != "CANCELLED") ctx.out << " (state " << job->state << ")";
+  ctx.out << "\n";
+  return kExitOk;
+}
+
+int run_wait(CommandContext& ctx, const WaitOptions& options) {
+  const TimePoint start = ctx.clock.now();
+  std::optional<TimePoint> deadline;
+  if (options.timeout) deadline = start + *options.timeout;
+  bool seen = false;
+  // A plain flag and time, not an optional: GCC 12 misreads the optional as uninitialised.
+  bool unreachable = false;
+  TimePoint unreachable_since{};
+  std::string last_state;
+  for (;;) {
+    auto r = ctx.api.call("GET", job_path(options.job));
+    if (!r) {
+      const bool transient =
+          r.error().code() == ErrorCode::Unavailable || r.error().code() == ErrorCode::Timeout;
+      // A coordinator restarting under a long wait should not end it; one that was never
+      // reached, or stays away, does.
+      if (!seen || !transient) return fail(ctx, r.error());
+      TimePoint now = ctx.clock.now();
+      if (!unreachable) {
+        unreachable = true;
+        unreachable_since = now;
+        ctx.err << "corral: " << r.error().message() << "; still waiting\n";
+      }
+      if (now - unreachable_since >= options.reconnect_patience) return fail(ctx, r.error());
+    } else if (r->status != 200) {
+      return fail(ctx, error_from_response(*r));
+    } else {
+      unreachable = false;
+      auto job = parse_job(r->body);
+      if (!job) return fail(ctx, job.error());
+      seen = true;
+      last_state = job->state;
+      if (is_terminal_state(job->state)) {
+        if (options.json) {
+          if (int rc = print_json(ctx, r->body); rc != kExitOk) return rc;
+        } else {
+          ctx.out << format_end_state(*job) << "\n";
+        }
+        return job->state == "COMPLETED" ? kExitOk : kExitFailed;
+      }
+    }
+    TimePoint now = ctx.clock.now();
+    Duration pause = options.poll_interval;
+    if (deadline) {
+      if (now >= *deadline) {
+        ctx.err << "corral: timed out after " << format_elapsed(now - start) << " waiting for job "
+                << options.job << (last_state.empty() ? std::string() : " (still " + last_state + ")")
+                << "\n";
+        return kExitFailed;
+      }
+      pause = std::min(pause, *deadline - now);
+    }
+    ctx.sleep(pause);
+  }
+}
+
+int run_logs(CommandContext& ctx, const LogsOptions& options) {
+  std::uint64_t offset = 0;
+  std::optional<std::uint64_t> initial_size;
+  for (;;) {
+    auto body = call(ctx, "GET",
+                     job_path(options.job) + "/logs?rank=" + std::to_string(options.rank) +
+                         "&offset=" + std::to_string(offset));
+    if (!body) return fail(ctx, body.error());
+    auto chunk = parse_log_chunk(*body);
+    if (!chunk) return fail(ctx, chunk.error());
+    ctx.out.write(chunk->data.data(), static_cast<std::streamsize>(chunk->data.size()));
+    ctx.out.flush();
+    // The answer says where its data starts; continue from there, not from our guess.
+    const std::uint64_t next = chunk->offset + chunk->data.size();
+    if (!options.follow) {
+      // What was there when we asked, and no more: a busy log cannot keep us reading.
+      if (!initial_size) initial_size = chunk->size;
+      if (chunk->data.empty() || next >= *initial_size) return kExitOk;
+    } else {
+      if (chunk->finished && (chunk->data.empty() || next >= chunk->size)) return kExitOk;
+      if (chunk->data.empty()) ctx.sleep(options.poll_interval);
+    }
+    offset = next;
+  }
+}
+
+namespace {
+
+int node_action(CommandContext& ctx, const NodeOptions& options, bool drain) {
+  std::string body =
+      drain ? Json{{"reason", options.reason}}.dump(-1, ' ', false, Json::error_handler_t::replace)
+            : std::string();
+  auto r = call(ctx, "POST",
+                "/v1/nodes/" + net::percent_encode(options.node) + (drain ? "/drain" : "/resume"), body);
+  if (!r) return fail(ctx, r.error());
+  if (options.json) return print_json(ctx, *r);
+  auto node = parse_node(*r);
+  if (!node) return fail(ctx, node.error());
+  ctx.out << format_node_state(*node) << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_drain(CommandContext& ctx, const NodeOptions& options) {
+  return node_action(ctx, options, true);
+}
+
+int run_resume(CommandContext& ctx, const NodeOptions& options) {
+  return node_action(ctx, options, false);
+}
+
+}  // namespace corral::cli

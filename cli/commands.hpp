@@ -1,0 +1,77 @@
+#pragma once
+// The `corral` commands: each calls the coordinator through an ApiClient, prints to the
+// streams it is given and returns the process's exit code (exit_codes.hpp). Run on the
+// calling thread; polling commands wait through CommandContext::sleep.
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "cli/api_client.hpp"
+#include "common/core/time.hpp"
+
+namespace corral::cli {
+
+struct CommandContext {
+  ApiClient& api;
+  std::ostream& out;
+  std::ostream& err;
+  const Clock& clock;
+  // Waits between polls; tests pass one that only advances a fake clock.
+  std::function<void(Duration)> sleep;
+};
+
+struct SubmitOptions {
+  std::string file;
+  bool dry_run = false;
+  bool json = false;
+};
+
+struct QueueOptions {
+  bool all = false;
+  std::string user;  // empty: everyone's
+  bool json = false;
+};
+
+struct JobOptions {
+  std::int64_t job = 0;
+  bool json = false;
+};
+
+struct WaitOptions {
+  std::int64_t job = 0;
+  std::optional<Duration> timeout = std::nullopt;  // nullopt: wait for as long as it takes
+  bool json = false;
+  Duration poll_interval = std::chrono::milliseconds(200);
+  // Once the job has been seen, how long the coordinator may stay unreachable (it may
+  // be restarting) before waiting gives up.
+  Duration reconnect_patience = std::chrono::seconds(60);
+};
+
+struct LogsOptions {
+  std::int64_t job = 0;
+  int rank = 0;
+  bool follow = false;
+  Duration poll_interval = std::chrono::milliseconds(250);
+};
+
+struct NodeOptions {
+  std::string node;
+  std::string reason;  // drain only
+  bool json = false;
+};
+
+int run_submit(CommandContext& ctx, const SubmitOptions& options);
+int run_queue(CommandContext& ctx, const QueueOptions& options);
+int run_show(CommandContext& ctx, const JobOptions& options);
+int run_nodes(CommandContext& ctx, bool json);
+int run_cancel(CommandContext& ctx, const JobOptions& options);
+// 0 when the job ends COMPLETED; 1 on any other end state or on timeout.
+int run_wait(CommandContext& ctx, const WaitOptions& options);
+int run_logs(CommandContext& ctx, const LogsOptions& options);
+int run_drain(CommandContext& ctx, const NodeOptions& options);
+int run_resume(CommandContext& ctx, const NodeOptions& options);
+
+}  // namespace corral::cli

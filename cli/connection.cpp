@@ -1,0 +1,102 @@
+#include "cli/connection.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "common/model/client_config_yaml.hpp"
+
+namespace corral::cli {
+
+namespace {
+
+std::optional<std::string> non_empty(const EnvLookup& env, const std::string& name) {
+  auto v = env(name);
+  if (!v || v->empty()) return std::nullopt;
+  return v;
+}
+
+// Reads at most the config limit (and one byte more, to notice a larger file).
+Result<std::string> read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::InvalidArgument, "cannot read " + path + ": " + std::strerror(errno));
+  std::string text(model::kMaxClientConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return make_error(ErrorCode::InvalidArgument, "cannot read " + path);
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > model::kMaxClientConfigBytes) {
+    return make_error(
+        ErrorCode::InvalidArgument,
+        path + ": larger than the limit of " + std::to_string(model::kMaxClientConfigBytes) + " bytes");
+  }
+  return text;
+}
+
+// "~/x" is expanded because YAML, unlike a shell, would keep the tilde.
+std::string resolve_ca(const std::string& ca, const std::string& config_path, const EnvLookup& env) {
+  if (ca.starts_with("~/")) {
+    if (auto home = non_empty(env, "HOME")) return (std::filesystem::path(*home) / ca.substr(2)).string();
+    return ca;
+  }
+  std::filesystem::path p(ca);
+  if (p.is_absolute()) return ca;
+  return (std::filesystem::path(config_path).parent_path() / p).lexically_normal().string();
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string default_config_path(const EnvLookup& env) {
+  if (auto xdg = non_empty(env, "XDG_CONFIG_HOME")) {
+    return (std::filesystem::path(*xdg) / "corral" / "config.yaml").string();
+  }
+  if (auto home = non_empty(env, "HOME")) {
+    return (std::filesystem::path(*home) / ".config" / "corral" / "config.yaml").string();
+  }
+  return {};
+}
+
+Result<ConnectionSettings> load_connection_settings(const std::optional<std::string>& config_file,
+                                                    const EnvLookup& env) {
+  ConnectionSettings s;
+  std::string path = config_file.value_or(default_config_path(env));
+  bool must_exist = config_file.has_value();
+  std::error_code ec;
+  if (!path.empty() && (must_exist || std::filesystem::exists(path, ec))) {
+    auto text = read_config_file(path);
+    if (!text) return std::unexpected(text.error());
+    auto parsed = model::parse_client_config(*text, path);
+    if (!parsed) return std::unexpected(parsed.error());
+    s.url = parsed->url;
+    s.token = parsed->token;
+    if (!parsed->ca.empty()) s.ca = resolve_ca(parsed->ca, path, env);
+  }
+  if (auto v = non_empty(env, "CORRAL_URL")) s.url = *v;
+  if (auto v = non_empty(env, "CORRAL_TOKEN")) s.token = *v;
+  if (auto v = non_empty(env, "CORRAL_CA")) s.ca = *v;
+
+  std::vector<std::string> missing;
+  if (s.url.empty()) missing.push_back("url (CORRAL_URL)");
+  if (s.token.empty()) missing.push_back("token (CORRAL_TOKEN)");
+  if (s.ca.empty()) missing.push_back("ca (CORRAL_CA)");
+  if (!missing.empty()) {
+    std::string message = "not configured: missing";
+    for (std::size_t i = 0; i < missing.size(); ++i) message += (i == 0 ? " " : ", ") + missing[i];
+    message += path.empty() ? std::string("; set the variables or pass --config FILE")
+                            : "; set the variables or write " + path;
+    return make_error(ErrorCode::InvalidArgument, message);
+  }
+  return s;
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,291 @@
+#include "cli/format.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+
+namespace corral::cli {
+
+namespace {
+
+// C0 controls, DEL and the UTF-8 encoded C1 controls (U+0080-U+009F, which include a
+// single-character CSI) become '?'.
+std::string clean(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    auto u = static_cast<unsigned char>(text[i]);
+    if (u == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xA0 &&
+        static_cast<unsigned char>(text[i + 1]) >= 0x80) {
+      out += '?';
+      ++i;
+    } else if (u < 0x20 || u == 0x7f) {
+      out += '?';
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+std::string cell(std::string_view text) {
+  return text.empty() ? std::string("-") : clean(text);
+}
+
+// Display width of UTF-8 text: code points, not bytes ("×" is one column). East Asian
+// wide characters are rare enough in job names to ignore.
+std::size_t width(std::string_view text) {
+  std::size_t w = 0;
+  for (char c : text) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++w;
+  }
+  return w;
+}
+
+// Left-aligned columns two spaces apart; the last column is not padded.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+
+  // Each row rendered, the header first, with `indent` in front and no newline.
+  std::vector<std::string> lines(std::string_view indent = "") const {
+    std::vector<std::size_t> widths;
+    for (const auto& row : rows_) {
+      if (widths.size() < row.size()) widths.resize(row.size(), 0);
+      for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], width(row[i]));
+    }
+    std::vector<std::string> out;
+    for (const auto& row : rows_) {
+      std::string line(indent);
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        line += row[i];
+        if (i + 1 < row.size()) line += std::string(widths[i] - width(row[i]) + 2, ' ');
+      }
+      out.push_back(std::move(line));
+    }
+    return out;
+  }
+
+  std::string render(std::string_view indent = "") const {
+    std::string out;
+    for (const auto& line : lines(indent)) out += line + "\n";
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string join_ints(const std::vector<int>& items) {
+  std::vector<std::string> parts;
+  for (int i : items) parts.push_back(std::to_string(i));
+  return join(parts, ",");
+}
+
+std::string signal_name(int signal) {
+  static constexpr std::array<std::pair<int, const char*>, 10> kNames = {{{1, "SIGHUP"},
+                                                                          {2, "SIGINT"},
+                                                                          {4, "SIGILL"},
+                                                                          {6, "SIGABRT"},
+                                                                          {7, "SIGBUS"},
+                                                                          {8, "SIGFPE"},
+                                                                          {9, "SIGKILL"},
+                                                                          {11, "SIGSEGV"},
+                                                                          {13, "SIGPIPE"},
+                                                                          {15, "SIGTERM"}}};
+  for (const auto& [number, name] : kNames) {
+    if (number == signal) return name;
+  }
+  return "SIG" + std::to_string(signal);
+}
+
+std::string nodes_cell(const JobInfo& job) {
+  auto names = job.node_names();
+  if (job.state != "PENDING" && !names.empty()) return clean(join(names, ","));
+  return std::to_string(job.nodes);
+}
+
+std::string master(const JobInfo& job) {
+  if (job.master_addr.empty()) return "-";
+  return clean(job.master_addr) + ":" +
+         (job.master_port ? std::to_string(*job.master_port) : std::string("?"));
+}
+
+}  // namespace
+
+std::string format_elapsed(Duration d) {
+  long long total = std::chrono::duration_cast<std::chrono::seconds>(d).count();
+  if (total < 0) total = 0;
+  long long days = total / 86400;
+  long long hours = total / 3600 % 24;
+  long long minutes = total / 60 % 60;
+  long long seconds = total % 60;
+  char buf[64];
+  if (days > 0) {
+    std::snprintf(buf, sizeof(buf), "%lld-%02lld:%02lld:%02lld", days, hours, minutes, seconds);
+  } else if (hours > 0) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", hours, minutes, seconds);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", minutes, seconds);
+  }
+  return buf;
+}
+
+std::string format_time_limit(const std::optional<double>& seconds) {
+  if (!seconds || !std::isfinite(*seconds)) return "UNLIMITED";
+  // Clamped so that an absurd value cannot overflow the conversion.
+  double s = std::clamp(*seconds, 0.0, 1e12);
+  return format_elapsed(std::chrono::seconds(static_cast<long long>(s)));
+}
+
+bool is_terminal_state(std::string_view state) {
+  return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT" ||
+         state == "NODE_FAIL";
+}
+
+Duration job_run_time(const JobInfo& job, TimePoint now) {
+  auto started = parse_rfc3339(job.started_at);
+  if (!started) return Duration(0);
+  auto ended = parse_rfc3339(job.ended_at);
+  TimePoint end = ended ? *ended : now;
+  return std::max(Duration(0), end - *started);
+}
+
+std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now) {
+  Table t({"ID", "NAME", "USER", "STATE", "REASON", "NODES", "GPUS", "TIME", "TIME_LIMIT"});
+  for (const auto& job : jobs) {
+    t.add({std::to_string(job.id), cell(job.name), cell(job.user), cell(job.state), cell(job.reason),
+           nodes_cell(job), std::to_string(job.gpus), format_elapsed(job_run_time(job, now)),
+           format_time_limit(job.time_limit_s)});
+  }
+  return t.render();
+}
+
+std::string format_job(const JobInfo& job, TimePoint now) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  fields.emplace_back("ID", std::to_string(job.id));
+  fields.emplace_back("Name", cell(job.name));
+  fields.emplace_back("User", cell(job.user));
+  fields.emplace_back("State", cell(job.state));
+  fields.emplace_back("Reason", cell(job.reason));
+  if (!job.detail.empty()) fields.emplace_back("Detail", clean(job.detail));
+  fields.emplace_back("Attempt", std::to_string(job.attempt));
+  fields.emplace_back("Retries", std::to_string(job.retries));
+  fields.emplace_back("Priority", std::to_string(job.priority));
+  auto names = job.node_names();
+  fields.emplace_back("Nodes", std::to_string(job.nodes) + (job.state != "PENDING" && !names.empty()
+                                                                ? " (" + clean(join(names, ",")) + ")"
+                                                                : std::string()));
+  fields.emplace_back("GPUs", std::to_string(job.gpus));
+  fields.emplace_back("Time limit", format_time_limit(job.time_limit_s));
+  fields.emplace_back("Submitted", cell(job.submitted_at));
+  fields.emplace_back("Started", cell(job.started_at));
+  fields.emplace_back("Ended", cell(job.ended_at));
+  if (!job.started_at.empty()) fields.emplace_back("Run time", format_elapsed(job_run_time(job, now)));
+  fields.emplace_back("Master", master(job));
+  if (job.failed_rank) {
+    fields.emplace_back("Failed rank",
+                        std::to_string(*job.failed_rank) +
+                            (job.failed_node.empty() ? std::string() : " on " + clean(job.failed_node)));
+  }
+  if (job.exit_code) fields.emplace_back("Exit code", std::to_string(*job.exit_code));
+
+  std::size_t key_width = 0;
+  for (const auto& [key, value] : fields) key_width = std::max(key_width, key.size() + 1);
+  std::string out;
+  for (const auto& [key, value] : fields)
+    out += key + ":" + std::string(key_width - key.size() + 1, ' ') + value + "\n";
+
+  out += "\n";
+  if (job.ranks.empty()) {
+    out += "Ranks: none started\n";
+  } else {
+    Table ranks({"RANK", "NODE", "LOCAL", "GPUS", "UUIDS", "PID", "STATE", "EXIT"});
+    for (const auto& k : job.ranks) {
+      std::string exit = k.exit_code ? std::to_string(*k.exit_code) : k.signal ? signal_name(*k.signal) : "-";
+      ranks.add({std::to_string(k.rank), cell(k.node), std::to_string(k.local_rank), cell(join_ints(k.gpus)),
+                 cell(join(k.gpu_uuids, ",")), k.pid ? std::to_string(*k.pid) : "-", cell(k.state), exit});
+    }
+    out += ranks.render();
+  }
+  if (!job.events.empty()) {
+    out += "\nEvents:\n";
+    for (const auto& e : job.events) out += "  " + cell(e.at) + "  " + clean(e.text) + "\n";
+  }
+  return out;
+}
+
+std::string format_nodes(const std::vector<NodeInfo>& nodes) {
+  Table node_table({"NAME", "STATE", "REASON", "ADDRESS", "GPUS", "SIMULATED"});
+  Table gpu_table({"GPU", "PRODUCT", "MEMORY", "DRIVER", "CUDA", "JOB"});
+  for (const auto& n : nodes) {
+    node_table.add({cell(n.name), cell(n.state), cell(n.reason), cell(n.address),
+                    std::to_string(n.gpus.size()), n.simulated ? "yes" : "no"});
+    for (const auto& g : n.gpus) {
+      gpu_table.add({std::to_string(g.index), cell(g.name), std::to_string(g.memory_mib) + " MiB",
+                     cell(g.driver), cell(g.cuda), g.job ? std::to_string(*g.job) : "-"});
+    }
+  }
+  // Both tables are aligned on their own, then interleaved: each node's GPUs under it.
+  auto node_lines = node_table.lines();
+  auto gpu_lines = gpu_table.lines("    ");
+  std::string out = node_lines[0] + "\n";
+  std::size_t next_gpu = 1;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    out += node_lines[i + 1] + "\n";
+    if (nodes[i].gpus.empty()) continue;
+    out += gpu_lines[0] + "\n";
+    for (std::size_t g = 0; g < nodes[i].gpus.size(); ++g) out += gpu_lines[next_gpu++] + "\n";
+  }
+  return out;
+}
+
+std::string format_dry_run(const DryRunInfo& d) {
+  if (d.would_start) {
+    std::vector<std::string> placed;
+    for (const auto& [node, gpus] : d.allocation) placed.push_back(clean(node) + "[" + join_ints(gpus) + "]");
+    std::string out = "Dry run: the job would start now (nothing was submitted)\n";
+    out += "  nodes:   " + (placed.empty() ? std::string("-") : join(placed, ",")) + "\n";
+    out += "  master:  " + (d.master_addr.empty() ? std::string("-") : clean(d.master_addr)) + ":" +
+           (d.master_port ? std::to_string(*d.master_port) : std::string("?")) + "\n";
+    return out;
+  }
+  std::string out = "Dry run: the job would wait (nothing was submitted)\n";
+  out += "  reason:  " + cell(d.reason) + "\n";
+  if (!d.detail.empty()) out += "  detail:  " + clean(d.detail) + "\n";
+  return out;
+}
+
+std::string format_end_state(const JobInfo& job) {
+  std::string out = "Job " + std::to_string(job.id) + " " + cell(job.state);
+  if (job.state == "COMPLETED") return out;
+  if (!job.reason.empty()) out += " (" + clean(job.reason) + ")";
+  std::vector<std::string> parts;
+  if (job.failed_rank) {
+    parts.push_back("rank " + std::to_string(*job.failed_rank) +
+                    (job.failed_node.empty() ? std::string() : " on " + clean(job.failed_node)));
+  }
+  if (job.exit_code) parts.push_back("exit code " + std::to_string(*job.exit_code));
+  if (!job.detail.empty()) parts.push_back(clean(job.detail));
+  if (!parts.empty()) out += ": " + join(parts, ", ");
+  return out;
+}
+
+std::string format_node_state(const NodeInfo& node) {
+  std::string out = "Node " + cell(node.name) + " is " + cell(node.state);
+  if (!node.reason.empty()) out += " (" + clean(node.reason) + ")";
+  return out;
+}
+
+}  // namespace corral::cli

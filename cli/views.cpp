@@ -1,0 +1,327 @@
+#include "cli/views.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <limits>
+
+#include "common/protocol/json_reader.hpp"
+
+namespace corral::cli {
+
+namespace {
+
+using protocol::Json;
+using protocol::JsonReader;
+
+// Generous bounds: the coordinator is trusted to be sane, these only keep a broken one
+// from making us allocate without limit.
+constexpr std::size_t kMaxAnswerBytes = 256 * 1024 * 1024;
+constexpr std::size_t kMaxText = 64 * 1024;
+constexpr std::size_t kMaxLogData = 64 * 1024 * 1024;
+constexpr std::size_t kMaxItems = 1 << 20;
+constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr std::int64_t kMinInt = std::numeric_limits<int>::min();
+
+Error bad_answer(const std::string& what) {
+  return Error(ErrorCode::Internal, "unexpected answer from the coordinator: " + what);
+}
+
+Result<Json> parse(std::string_view text) {
+  auto j = protocol::parse_json(text, kMaxAnswerBytes);
+  if (!j) return std::unexpected(bad_answer(j.error().message()));
+  return j;
+}
+
+std::optional<int> opt_int(JsonReader& r, const char* key) {
+  if (r.raw(key, false) == nullptr) return std::nullopt;
+  return r.i32(key, kMinInt, static_cast<int>(kMaxInt));
+}
+
+std::optional<std::int64_t> opt_i64(JsonReader& r, const char* key) {
+  if (r.raw(key, false) == nullptr) return std::nullopt;
+  return r.i64(key, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+}
+
+std::optional<double> opt_number(JsonReader& r, const char* key) {
+  const Json* v = r.raw(key, false);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) {
+    r.fail(r.child_path(key), "must be a number");
+    return std::nullopt;
+  }
+  return v->get<double>();
+}
+
+std::string text(JsonReader& r, const char* key) {
+  return r.str(key, kMaxText, "");
+}
+
+RankInfo read_rank(const Json& j, const std::string& path, JsonReader& parent) {
+  JsonReader r(j, path);
+  RankInfo k;
+  k.rank = r.i32("rank", 0, static_cast<int>(kMaxInt), 0);
+  k.node = text(r, "node");
+  k.local_rank = r.i32("local_rank", 0, static_cast<int>(kMaxInt), 0);
+  k.gpus = r.int_list("gpus", kMaxItems, 0, static_cast<int>(kMaxInt), false);
+  k.gpu_uuids = r.str_list("gpu_uuids", kMaxItems, kMaxText, false);
+  k.pid = opt_i64(r, "pid");
+  k.state = text(r, "state");
+  k.exit_code = opt_int(r, "exit_code");
+  k.signal = opt_int(r, "signal");
+  parent.absorb(r);
+  return k;
+}
+
+JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
+  JsonReader r(j, path);
+  JobInfo job;
+  job.id = r.i64("id", 0, std::numeric_limits<std::int64_t>::max());
+  job.name = text(r, "name");
+  job.user = text(r, "user");
+  job.state = text(r, "state");
+  job.reason = text(r, "reason");
+  job.detail = text(r, "detail");
+  job.attempt = r.i32("attempt", 0, static_cast<int>(kMaxInt), 0);
+  job.retries = r.i32("retries", 0, static_cast<int>(kMaxInt), 0);
+  job.priority = r.i32("priority", kMinInt, static_cast<int>(kMaxInt), 0);
+  job.nodes = r.i32("nodes", 0, static_cast<int>(kMaxInt), 0);
+  job.gpus = r.i32("gpus", 0, static_cast<int>(kMaxInt), 0);
+  job.time_limit_s = opt_number(r, "time_limit");
+  job.submitted_at = text(r, "submitted_at");
+  job.started_at = text(r, "started_at");
+  job.ended_at = text(r, "ended_at");
+  job.master_addr = text(r, "master_addr");
+  job.master_port = opt_int(r, "master_port");
+  job.node_list = r.str_list("node_list", kMaxItems, kMaxText, false);
+  job.failed_rank = opt_int(r, "failed_rank");
+  job.failed_node = text(r, "failed_node");
+  job.exit_code = opt_int(r, "exit_code");
+  if (const Json* ranks = r.array("ranks", kMaxItems, false)) {
+    for (std::size_t i = 0; i < ranks->size(); ++i)
+      job.ranks.push_back(read_rank((*ranks)[i], r.item_path("ranks", i), r));
+  }
+  if (const Json* events = r.array("events", kMaxItems, false)) {
+    for (std::size_t i = 0; i < events->size(); ++i) {
+      JsonReader e((*events)[i], r.item_path("events", i));
+      job.events.push_back({text(e, "at"), text(e, "text")});
+      r.absorb(e);
+    }
+  }
+  parent.absorb(r);
+  return job;
+}
+
+NodeInfo read_node(const Json& j, const std::string& path, JsonReader& parent) {
+  JsonReader r(j, path);
+  NodeInfo n;
+  n.name = text(r, "name");
+  n.address = text(r, "address");
+  n.state = text(r, "state");
+  n.reason = text(r, "reason");
+  n.simulated = r.boolean("simulated", false);
+  n.connected = r.boolean("connected", false);
+  n.last_seen = text(r, "last_seen");
+  n.driver = text(r, "driver");
+  n.cuda = text(r, "cuda");
+  if (const Json* gpus = r.array("gpus", kMaxItems, false)) {
+    for (std::size_t i = 0; i < gpus->size(); ++i) {
+      JsonReader g((*gpus)[i], r.item_path("gpus", i));
+      GpuInfo gpu;
+      gpu.index = g.i32("index", 0, static_cast<int>(kMaxInt), 0);
+      gpu.uuid = text(g, "uuid");
+      gpu.name = text(g, "name");
+      gpu.memory_mib = g.i64("memory_mib", 0, std::numeric_limits<std::int64_t>::max(), 0);
+      gpu.driver = text(g, "driver");
+      gpu.cuda = text(g, "cuda");
+      gpu.job = opt_i64(g, "job");
+      n.gpus.push_back(std::move(gpu));
+      r.absorb(g);
+    }
+  }
+  parent.absorb(r);
+  return n;
+}
+
+template <typename T, typename ReadOne>
+Result<std::vector<T>> read_list(std::string_view json, ReadOne read_one) {
+  auto j = parse(json);
+  if (!j) return std::unexpected(j.error());
+  if (!j->is_array()) return std::unexpected(bad_answer("expected a list"));
+  JsonReader top(*j);
+  std::vector<T> out;
+  for (std::size_t i = 0; i < j->size(); ++i)
+    out.push_back(read_one((*j)[i], "[" + std::to_string(i) + "]", top));
+  if (!top.ok()) return std::unexpected(bad_answer(top.error()));
+  return out;
+}
+
+template <typename T, typename ReadOne>
+Result<T> read_one(std::string_view json, ReadOne read) {
+  auto j = parse(json);
+  if (!j) return std::unexpected(j.error());
+  // A top-level reader only collects the nested reader's problem; it never reads fields.
+  JsonReader top(*j);
+  T out = read(*j, "", top);
+  if (!top.ok()) return std::unexpected(bad_answer(top.error()));
+  return out;
+}
+
+bool parse_digits(std::string_view text, std::size_t pos, std::size_t len, int& out) {
+  if (pos + len > text.size()) return false;
+  for (std::size_t i = pos; i < pos + len; ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+  }
+  auto [end, ec] = std::from_chars(text.data() + pos, text.data() + pos + len, out);
+  return ec == std::errc() && end == text.data() + pos + len;
+}
+
+}  // namespace
+
+std::vector<std::string> JobInfo::node_names() const {
+  if (!node_list.empty()) return node_list;
+  std::vector<std::pair<int, std::string>> by_rank;
+  for (const auto& k : ranks) by_rank.emplace_back(k.rank, k.node);
+  std::sort(by_rank.begin(), by_rank.end());
+  std::vector<std::string> names;
+  for (const auto& [rank, node] : by_rank) {
+    if (!node.empty() && std::find(names.begin(), names.end(), node) == names.end()) names.push_back(node);
+  }
+  return names;
+}
+
+Result<JobInfo> parse_job(std::string_view json) {
+  return read_one<JobInfo>(json, read_job);
+}
+
+Result<std::vector<JobInfo>> parse_jobs(std::string_view json) {
+  return read_list<JobInfo>(json, read_job);
+}
+
+Result<std::vector<NodeInfo>> parse_nodes(std::string_view json) {
+  return read_list<NodeInfo>(json, read_node);
+}
+
+Result<NodeInfo> parse_node(std::string_view json) {
+  return read_one<NodeInfo>(json, read_node);
+}
+
+Result<DryRunInfo> parse_dry_run(std::string_view json) {
+  return read_one<DryRunInfo>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    DryRunInfo d;
+    d.would_start = r.boolean("would_start", false);
+    d.reason = text(r, "reason");
+    d.detail = text(r, "detail");
+    if (const Json* alloc = r.object("allocation", false)) {
+      JsonReader a(*alloc, "allocation");
+      d.master_addr = text(a, "master_addr");
+      d.master_port = opt_int(a, "master_port");
+      if (const Json* nodes = a.array("nodes", kMaxItems, false)) {
+        for (std::size_t i = 0; i < nodes->size(); ++i) {
+          JsonReader n((*nodes)[i], a.item_path("nodes", i));
+          d.allocation.emplace_back(text(n, "node"),
+                                    n.int_list("gpus", kMaxItems, 0, static_cast<int>(kMaxInt), false));
+          a.absorb(n);
+        }
+      }
+      r.absorb(a);
+    }
+    top.absorb(r);
+    return d;
+  });
+}
+
+Result<std::int64_t> parse_submitted_id(std::string_view json) {
+  return read_one<std::int64_t>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    std::int64_t id = r.i64("id", 1, std::numeric_limits<std::int64_t>::max());
+    top.absorb(r);
+    return id;
+  });
+}
+
+Result<LogChunk> parse_log_chunk(std::string_view json) {
+  return read_one<LogChunk>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    LogChunk c;
+    c.rank = r.i32("rank", 0, static_cast<int>(kMaxInt), 0);
+    c.node = text(r, "node");
+    c.offset = r.u64("offset", 0);
+    c.data = r.str("data", kMaxLogData, "");
+    c.size = r.u64("size", 0);
+    c.finished = r.boolean("finished", false);
+    top.absorb(r);
+    return c;
+  });
+}
+
+std::vector<std::string> parse_problems(std::string_view json) {
+  auto j = protocol::parse_json(json, kMaxAnswerBytes);
+  if (!j || !j->is_object()) return {};
+  JsonReader r(*j);
+  auto problems = r.str_list("problems", kMaxItems, kMaxText, false);
+  return r.ok() ? problems : std::vector<std::string>{};
+}
+
+Result<std::string> pretty_json(std::string_view json) {
+  if (json.size() > kMaxAnswerBytes) return std::unexpected(bad_answer("too large"));
+  // ordered_json keeps the coordinator's key order, which is the documented one.
+  bool too_deep = false;
+  nlohmann::ordered_json::parser_callback_t cb = [&too_deep](int depth, nlohmann::ordered_json::parse_event_t,
+                                                             nlohmann::ordered_json&) {
+    if (depth > 32) too_deep = true;
+    return !too_deep;
+  };
+  auto j = nlohmann::ordered_json::parse(json.begin(), json.end(), cb, false);
+  if (too_deep) return std::unexpected(bad_answer("JSON nested deeper than 32 levels"));
+  if (j.is_discarded()) return std::unexpected(bad_answer("malformed JSON"));
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+std::optional<TimePoint> parse_rfc3339(std::string_view t) {
+  // YYYY-MM-DDTHH:MM:SS[.fff]Z
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  if (t.size() < 20 || t[4] != '-' || t[7] != '-' || (t[10] != 'T' && t[10] != 't' && t[10] != ' ') ||
+      t[13] != ':' || t[16] != ':') {
+    return std::nullopt;
+  }
+  if (!parse_digits(t, 0, 4, year) || !parse_digits(t, 5, 2, month) || !parse_digits(t, 8, 2, day) ||
+      !parse_digits(t, 11, 2, hour) || !parse_digits(t, 14, 2, minute) || !parse_digits(t, 17, 2, second)) {
+    return std::nullopt;
+  }
+  std::size_t pos = 19;
+  std::int64_t millis = 0;
+  if (pos < t.size() && t[pos] == '.') {
+    ++pos;
+    int digits = 0;
+    while (pos < t.size() && t[pos] >= '0' && t[pos] <= '9') {
+      if (digits < 3) millis = millis * 10 + (t[pos] - '0');
+      ++digits;
+      ++pos;
+    }
+    if (digits == 0) return std::nullopt;
+    for (int d = digits; d < 3; ++d) millis *= 10;
+  }
+  std::int64_t offset_minutes = 0;
+  if (pos < t.size() && (t[pos] == 'Z' || t[pos] == 'z')) {
+    ++pos;
+  } else if (pos + 6 == t.size() && (t[pos] == '+' || t[pos] == '-') && t[pos + 3] == ':') {
+    int oh = 0, om = 0;
+    if (!parse_digits(t, pos + 1, 2, oh) || !parse_digits(t, pos + 4, 2, om)) return std::nullopt;
+    offset_minutes = (t[pos] == '+' ? 1 : -1) * (oh * 60 + om);
+    pos += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (pos != t.size()) return std::nullopt;
+  std::chrono::year_month_day ymd{std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
+                                  std::chrono::day(static_cast<unsigned>(day))};
+  if (!ymd.ok() || hour > 23 || minute > 59 || second > 60) return std::nullopt;
+  auto tp = std::chrono::sys_days(ymd) + std::chrono::hours(hour) + std::chrono::minutes(minute) +
+            std::chrono::seconds(second) + std::chrono::milliseconds(millis) -
+            std::chrono::minutes(offset_minutes);
+  return std::chrono::time_point_cast<Duration>(tp);
+}
+
+}  // namespace corral::cli

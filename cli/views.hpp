@@ -1,0 +1,122 @@
+#pragma once
+// The coordinator's answers (docs/api.md) read into plain values for printing. Parsing
+// is lenient about fields it does not know or that are absent (older or newer
+// coordinators) and strict about types: a mistyped field is an Internal error naming it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+
+namespace corral::cli {
+
+struct RankInfo {
+  int rank = 0;
+  std::string node;
+  int local_rank = 0;
+  std::vector<int> gpus;
+  std::vector<std::string> gpu_uuids;
+  std::optional<std::int64_t> pid;
+  std::string state;  // PENDING, RUNNING, EXITED, KILLED
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+};
+
+struct EventInfo {
+  std::string at;  // RFC 3339, as the coordinator wrote it
+  std::string text;
+};
+
+struct JobInfo {
+  std::int64_t id = 0;
+  std::string name;
+  std::string user;
+  std::string state;
+  std::string reason;
+  std::string detail;
+  int attempt = 0;
+  int retries = 0;
+  int priority = 0;
+  int nodes = 0;
+  int gpus = 0;
+  std::optional<double> time_limit_s;  // nullopt: no limit
+  std::string submitted_at;            // RFC 3339 text, or empty
+  std::string started_at;
+  std::string ended_at;
+  std::string master_addr;
+  std::optional<int> master_port;
+  std::vector<std::string> node_list;  // the allocation's nodes, in order
+  std::optional<int> failed_rank;
+  std::string failed_node;
+  std::optional<int> exit_code;
+  std::vector<RankInfo> ranks;
+  std::vector<EventInfo> events;
+
+  // The allocation's node names: node_list, or else the ranks' nodes in rank order.
+  std::vector<std::string> node_names() const;
+};
+
+struct GpuInfo {
+  int index = 0;
+  std::string uuid;
+  std::string name;
+  std::int64_t memory_mib = 0;
+  std::string driver;
+  std::string cuda;
+  std::optional<std::int64_t> job;
+};
+
+struct NodeInfo {
+  std::string name;
+  std::string address;
+  std::string state;  // up, down, drained
+  std::string reason;
+  bool simulated = false;
+  bool connected = false;
+  std::string last_seen;
+  std::string driver;
+  std::string cuda;
+  std::vector<GpuInfo> gpus;
+};
+
+struct DryRunInfo {
+  bool would_start = false;
+  std::vector<std::pair<std::string, std::vector<int>>> allocation;  // node, GPU indices
+  std::string master_addr;
+  std::optional<int> master_port;
+  std::string reason;
+  std::string detail;
+};
+
+struct LogChunk {
+  int rank = 0;
+  std::string node;
+  std::uint64_t offset = 0;
+  std::string data;
+  std::uint64_t size = 0;
+  bool finished = false;
+};
+
+[[nodiscard]] Result<JobInfo> parse_job(std::string_view json);
+[[nodiscard]] Result<std::vector<JobInfo>> parse_jobs(std::string_view json);
+[[nodiscard]] Result<std::vector<NodeInfo>> parse_nodes(std::string_view json);
+[[nodiscard]] Result<NodeInfo> parse_node(std::string_view json);
+[[nodiscard]] Result<DryRunInfo> parse_dry_run(std::string_view json);
+[[nodiscard]] Result<std::int64_t> parse_submitted_id(std::string_view json);
+[[nodiscard]] Result<LogChunk> parse_log_chunk(std::string_view json);
+// The "problems" list of a 400 answer to a submit; empty when there is none.
+std::vector<std::string> parse_problems(std::string_view json);
+
+// The answer re-printed for --json: indented by two spaces, keys in the coordinator's
+// order, ending in a newline. Internal when it is not JSON.
+[[nodiscard]] Result<std::string> pretty_json(std::string_view json);
+
+// "2026-12-02T10:00:00.123Z" (fraction optional; "Z" or "+hh:mm"/"-hh:mm").
+std::optional<TimePoint> parse_rfc3339(std::string_view text);
+
+}  // namespace corral::cli

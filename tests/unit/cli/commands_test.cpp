@@ -1,0 +1,373 @@
+// The commands against a scripted fake API: what they ask, what they print, and the
+// exit code, with a fake clock so that polling takes no real time.
+
+#include "cli/commands.hpp"
+
+#include <deque>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "cli/app.hpp"
+#include "cli/exit_codes.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace corral::cli {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Call {
+  std::string method;
+  std::string target;
+  std::string body;
+};
+
+// Answers calls from a script, in order, and records them.
+class FakeApi : public ApiClient {
+ public:
+  void answer(int status, std::string body) { script_.push_back(ApiResponse{status, std::move(body)}); }
+  void fail(ErrorCode code, std::string message) { script_.push_back(Error(code, std::move(message))); }
+
+  Result<ApiResponse> call(const std::string& method, const std::string& target,
+                           const std::string& body) override {
+    calls.push_back({method, target, body});
+    if (script_.empty()) return make_error(ErrorCode::Internal, "the test scripted no answer for " + target);
+    auto next = std::move(script_.front());
+    script_.pop_front();
+    if (auto* e = std::get_if<Error>(&next)) return std::unexpected(*e);
+    return std::get<ApiResponse>(next);
+  }
+
+  std::vector<Call> calls;
+
+ private:
+  std::deque<std::variant<ApiResponse, Error>> script_;
+};
+
+class FakeClock : public Clock {
+ public:
+  TimePoint now() const override { return now_; }
+  void advance(Duration d) { now_ += d; }
+
+ private:
+  TimePoint now_ = from_millis(1'800'000'000'000);
+};
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  CommandContext ctx() {
+    return CommandContext{api_, out_, err_, clock_, [this](Duration d) {
+                            sleeps_.push_back(d);
+                            clock_.advance(d);
+                          }};
+  }
+  std::string write_spec(const std::string& text) {
+    std::string path = dir_.file("job.yaml");
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  FakeApi api_;
+  FakeClock clock_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+  std::vector<Duration> sleeps_;
+  testing::TempDir dir_;
+};
+
+constexpr std::string_view kValidSpec = "name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n";
+
+std::string job_json(int id, std::string_view state, std::string_view extra = "") {
+  return "{\"id\": " + std::to_string(id) + ", \"state\": \"" + std::string(state) + "\"" +
+         std::string(extra) + "}";
+}
+
+TEST_F(CommandsTest, SubmitSendsTheSpecAndPrintsTheId) {
+  std::string path = write_spec(std::string(kValidSpec));
+  api_.answer(201, R"({"id": 42})");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitOk);
+  EXPECT_EQ(out_.str(), "Submitted job 42\n");
+  ASSERT_EQ(api_.calls.size(), 1u);
+  EXPECT_EQ(api_.calls[0].method, "POST");
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs");
+  EXPECT_EQ(
+      api_.calls[0].body,
+      R"({"dry_run":false,"file":"job.yaml","spec":"name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n"})");
+}
+
+TEST_F(CommandsTest, SubmitJsonPrintsTheCoordinatorsAnswer) {
+  std::string path = write_spec(std::string(kValidSpec));
+  api_.answer(201, R"({"id": 42})");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, false, true}), kExitOk);
+  EXPECT_EQ(out_.str(), "{\n  \"id\": 42\n}\n");
+}
+
+TEST_F(CommandsTest, SubmitDryRunSaysWhyTheJobWouldWait) {
+  std::string path = write_spec(std::string(kValidSpec));
+  api_.answer(200,
+              R"({"dry_run": true, "would_start": false, "reason": "Resources", "detail": "all GPUs busy"})");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, true, false}), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "Dry run: the job would wait (nothing was submitted)\n  reason:  Resources\n  detail:  all GPUs "
+            "busy\n");
+  EXPECT_NE(api_.calls[0].body.find(R"("dry_run":true)"), std::string::npos);
+}
+
+TEST_F(CommandsTest, AnInvalidSpecIsRefusedLocallyWithEveryProblem) {
+  std::string path = write_spec("name: t\ncommand: c\nresources:\n  gpus_per_node: four\nbogus: 1\n");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitUsage);
+  EXPECT_TRUE(api_.calls.empty());
+  EXPECT_EQ(out_.str(), "");
+  // The messages belong to the spec parser; here only that both are there, located.
+  EXPECT_NE(err_.str().find(path + ":4:"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find("resources.gpus_per_node"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find(path + ":5:"), std::string::npos) << err_.str();
+}
+
+TEST_F(CommandsTest, ProblemsTheCoordinatorFindsAreShownWithExit2) {
+  std::string path = write_spec(std::string(kValidSpec));
+  api_.answer(400, R"({"error": "invalid job spec", "problems": ["job.yaml:3:1: resources: newer rule"]})");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitUsage);
+  EXPECT_EQ(err_.str(), "job.yaml:3:1: resources: newer rule\n");
+}
+
+TEST_F(CommandsTest, AMissingOrOversizedSpecFileIsBadUsage) {
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {dir_.file("nope.yaml"), false, false}), kExitUsage);
+  std::string path = write_spec(std::string(70000, '#'));
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitUsage);
+  EXPECT_NE(err_.str().find(path + ": file is 70000 bytes; the limit is 65536"), std::string::npos)
+      << err_.str();
+  EXPECT_TRUE(api_.calls.empty());
+}
+
+TEST_F(CommandsTest, A422IsARequestFailure) {
+  std::string path = write_spec(std::string(kValidSpec));
+  api_.answer(422, R"({"error": "no node set in the cluster could ever run this job: 1 GPU of class H200"})");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitFailed);
+  EXPECT_EQ(err_.str(), "corral: no node set in the cluster could ever run this job: 1 GPU of class H200\n");
+}
+
+TEST_F(CommandsTest, Unauthenticated401ExitsWith3) {
+  api_.answer(401, R"({"error": "unknown token"})");
+  auto c = ctx();
+  EXPECT_EQ(run_queue(c, {}), kExitUnreachable);
+  EXPECT_EQ(err_.str(), "corral: not authenticated: unknown token\n");
+}
+
+TEST_F(CommandsTest, Forbidden403SaysNotAllowed) {
+  api_.answer(403, R"({"error": "job 7 belongs to bob"})");
+  auto c = ctx();
+  EXPECT_EQ(run_cancel(c, {7, false}), kExitFailed);
+  EXPECT_EQ(err_.str(), "corral: not allowed: job 7 belongs to bob\n");
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/7/cancel");
+}
+
+TEST_F(CommandsTest, NotFoundAndConflictExitWith1) {
+  api_.answer(404, R"({"error": "no job 9"})");
+  api_.answer(409, R"({"error": "job 9 already ended COMPLETED"})");
+  auto c = ctx();
+  EXPECT_EQ(run_show(c, {9, false}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, {9, false}), kExitFailed);
+  EXPECT_EQ(err_.str(), "corral: no job 9\ncorral: job 9 already ended COMPLETED\n");
+}
+
+TEST_F(CommandsTest, AnUnreachableCoordinatorExitsWith3) {
+  api_.fail(ErrorCode::Unavailable, "cannot connect to 127.0.0.1:1: Connection refused");
+  auto c = ctx();
+  EXPECT_EQ(run_nodes(c, false), kExitUnreachable);
+  EXPECT_EQ(err_.str(), "corral: cannot connect to 127.0.0.1:1: Connection refused\n");
+}
+
+TEST_F(CommandsTest, QueueAsksForAllJobsOfAUser) {
+  api_.answer(200, "[]");
+  auto c = ctx();
+  EXPECT_EQ(run_queue(c, {true, "a b", false}), kExitOk);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs?all=1&user=a%20b");
+  EXPECT_EQ(out_.str(), "ID  NAME  USER  STATE  REASON  NODES  GPUS  TIME  TIME_LIMIT\n");
+}
+
+TEST_F(CommandsTest, QueueJsonIsTheList) {
+  api_.answer(200, R"([{"id":1,"state":"PENDING"}])");
+  auto c = ctx();
+  EXPECT_EQ(run_queue(c, {false, "", true}), kExitOk);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs");
+  EXPECT_EQ(out_.str(), "[\n  {\n    \"id\": 1,\n    \"state\": \"PENDING\"\n  }\n]\n");
+}
+
+TEST_F(CommandsTest, AnAnswerThatIsNotJsonIsAFailure) {
+  api_.answer(200, "<html>");
+  auto c = ctx();
+  EXPECT_EQ(run_queue(c, {}), kExitFailed);
+  EXPECT_EQ(err_.str(), "corral: unexpected answer from the coordinator: malformed JSON\n");
+}
+
+TEST_F(CommandsTest, WaitPollsEvery200msUntilCompleted) {
+  api_.answer(200, job_json(5, "PENDING"));
+  api_.answer(200, job_json(5, "RUNNING"));
+  api_.answer(200, job_json(5, "COMPLETED", R"(, "exit_code": 0)"));
+  auto c = ctx();
+  EXPECT_EQ(run_wait(c, {.job = 5}), kExitOk);
+  EXPECT_EQ(out_.str(), "Job 5 COMPLETED\n");
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{200ms, 200ms}));
+  EXPECT_EQ(api_.calls.size(), 3u);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/5");
+}
+
+TEST_F(CommandsTest, WaitExits1OnAnyOtherEndState) {
+  for (std::string_view state : {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}) {
+    api_.answer(200, job_json(5, state, R"(, "reason": "X")"));
+    auto c = ctx();
+    EXPECT_EQ(run_wait(c, {.job = 5}), kExitFailed) << state;
+  }
+  EXPECT_EQ(out_.str(), "Job 5 FAILED (X)\nJob 5 CANCELLED (X)\nJob 5 TIMEOUT (X)\nJob 5 NODE_FAIL (X)\n");
+}
+
+TEST_F(CommandsTest, WaitGivesUpAtItsTimeout) {
+  for (int i = 0; i < 10; ++i) api_.answer(200, job_json(5, "RUNNING"));
+  auto c = ctx();
+  EXPECT_EQ(run_wait(c, {.job = 5, .timeout = 500ms}), kExitFailed);
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{200ms, 200ms, 100ms}));
+  EXPECT_EQ(err_.str(), "corral: timed out after 0:00 waiting for job 5 (still RUNNING)\n");
+}
+
+TEST_F(CommandsTest, WaitRidesOutACoordinatorRestart) {
+  api_.answer(200, job_json(5, "RUNNING"));
+  api_.fail(ErrorCode::Unavailable, "cannot connect: refused");
+  api_.fail(ErrorCode::Unavailable, "cannot connect: refused");
+  api_.answer(200, job_json(5, "COMPLETED"));
+  auto c = ctx();
+  EXPECT_EQ(run_wait(c, {.job = 5}), kExitOk);
+  EXPECT_EQ(err_.str(), "corral: cannot connect: refused; still waiting\n");
+}
+
+TEST_F(CommandsTest, WaitFailsAtOnceWhenTheCoordinatorWasNeverReached) {
+  api_.fail(ErrorCode::Unavailable, "cannot connect: refused");
+  auto c = ctx();
+  EXPECT_EQ(run_wait(c, {.job = 5}), kExitUnreachable);
+}
+
+TEST_F(CommandsTest, LogsFollowReadsFromEachNewOffsetUntilFinishedAndDrained) {
+  api_.answer(200, R"({"rank": 1, "node": "a", "offset": 0, "data": "one\n", "size": 4, "finished": false})");
+  api_.answer(200, R"({"rank": 1, "node": "a", "offset": 4, "data": "", "size": 4, "finished": false})");
+  api_.answer(200, R"({"rank": 1, "node": "a", "offset": 4, "data": "two\n", "size": 8, "finished": false})");
+  api_.answer(200, R"({"rank": 1, "node": "a", "offset": 8, "data": "", "size": 8, "finished": true})");
+  auto c = ctx();
+  EXPECT_EQ(run_logs(c, {.job = 3, .rank = 1, .follow = true}), kExitOk);
+  EXPECT_EQ(out_.str(), "one\ntwo\n");
+  ASSERT_EQ(api_.calls.size(), 4u);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/3/logs?rank=1&offset=0");
+  EXPECT_EQ(api_.calls[1].target, "/v1/jobs/3/logs?rank=1&offset=4");
+  EXPECT_EQ(api_.calls[3].target, "/v1/jobs/3/logs?rank=1&offset=8");
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{250ms}));  // only after an empty answer
+}
+
+TEST_F(CommandsTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
+  api_.answer(200, R"({"rank": 0, "node": "a", "offset": 0, "data": "abc", "size": 5, "finished": false})");
+  api_.answer(200, R"({"rank": 0, "node": "a", "offset": 3, "data": "de", "size": 9, "finished": false})");
+  auto c = ctx();
+  EXPECT_EQ(run_logs(c, {.job = 3}), kExitOk);
+  EXPECT_EQ(out_.str(), "abcde");
+  EXPECT_EQ(api_.calls.size(), 2u);
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(CommandsTest, DrainSendsTheReasonAndResumeNothing) {
+  api_.answer(200, R"({"name": "gpu a", "state": "drained", "reason": "bad fan"})");
+  api_.answer(200, R"({"name": "gpu a", "state": "up", "reason": ""})");
+  auto c = ctx();
+  EXPECT_EQ(run_drain(c, {"gpu a", "bad fan", false}), kExitOk);
+  EXPECT_EQ(run_resume(c, {"gpu a", "", false}), kExitOk);
+  EXPECT_EQ(api_.calls[0].target, "/v1/nodes/gpu%20a/drain");
+  EXPECT_EQ(api_.calls[0].body, R"({"reason":"bad fan"})");
+  EXPECT_EQ(api_.calls[1].target, "/v1/nodes/gpu%20a/resume");
+  EXPECT_EQ(out_.str(), "Node gpu a is drained (bad fan)\nNode gpu a is up\n");
+}
+
+// run_app: the argument parsing in front of the commands.
+class AppTest : public CommandsTest {
+ protected:
+  int run(std::vector<std::string> args) {
+    AppContext app{out_,
+                   err_,
+                   [](const std::string&) { return std::nullopt; },
+                   clock_,
+                   [](Duration) {},
+                   [this](HttpApiClient::SettingsSource source) -> std::unique_ptr<ApiClient> {
+                     settings_ = std::move(source);
+                     return std::make_unique<Forward>(api_);
+                   }};
+    return run_app(args, app);
+  }
+  // Hands calls to the fixture's FakeApi, which run_app cannot own.
+  struct Forward : ApiClient {
+    explicit Forward(FakeApi& api) : api_(api) {}
+    Result<ApiResponse> call(const std::string& m, const std::string& t, const std::string& b) override {
+      return api_.call(m, t, b);
+    }
+    FakeApi& api_;
+  };
+  HttpApiClient::SettingsSource settings_;
+};
+
+TEST_F(AppTest, ParseErrorsAreExit2AndHelpIsExit0) {
+  EXPECT_EQ(run({}), kExitUsage);
+  EXPECT_EQ(run({"frobnicate"}), kExitUsage);
+  EXPECT_EQ(run({"show"}), kExitUsage);
+  EXPECT_EQ(run({"show", "abc"}), kExitUsage);
+  EXPECT_EQ(run({"show", "0"}), kExitUsage);
+  EXPECT_EQ(run({"logs", "1", "--rank", "-1"}), kExitUsage);
+  EXPECT_EQ(run({"wait", "1", "--timeout", "soon"}), kExitUsage);
+  EXPECT_EQ(run({"drain", "gpu-a"}), kExitUsage);
+  EXPECT_EQ(run({"drain", "gpu-a", "--reason", ""}), kExitUsage);
+  EXPECT_TRUE(api_.calls.empty());
+  EXPECT_EQ(run({"--help"}), kExitOk);
+  EXPECT_NE(out_.str().find("submit"), std::string::npos);
+}
+
+TEST_F(AppTest, DispatchesToTheCommand) {
+  api_.answer(200, "[]");
+  EXPECT_EQ(run({"queue", "--all", "--user", "bob"}), kExitOk);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs?all=1&user=bob");
+  api_.answer(200, job_json(4, "COMPLETED"));
+  EXPECT_EQ(run({"wait", "4", "--timeout", "1m"}), kExitOk);
+}
+
+TEST_F(AppTest, TheConfigFlagMayFollowTheCommand) {
+  api_.answer(200, "[]");
+  EXPECT_EQ(run({"queue", "--config", dir_.file("none.yaml")}), kExitOk);
+  ASSERT_TRUE(settings_);
+  auto s = settings_();
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message().find(dir_.file("none.yaml")), std::string::npos);
+}
+
+TEST(ParseTimeout, SecondsOrADuration) {
+  EXPECT_EQ(parse_timeout("30"), Duration(30s));
+  EXPECT_EQ(parse_timeout("2.5"), Duration(2500ms));
+  EXPECT_EQ(parse_timeout("1h30m"), Duration(90min));
+  EXPECT_FALSE(parse_timeout("-1").has_value());
+  EXPECT_FALSE(parse_timeout("").has_value());
+}
+
+TEST(ExitCodes, FollowTheDocumentedClasses) {
+  EXPECT_EQ(exit_code_for(Error(ErrorCode::Unavailable, "")), kExitUnreachable);
+  EXPECT_EQ(exit_code_for(Error(ErrorCode::Timeout, "")), kExitUnreachable);
+  EXPECT_EQ(exit_code_for(Error(ErrorCode::Unauthenticated, "")), kExitUnreachable);
+  EXPECT_EQ(exit_code_for(Error(ErrorCode::InvalidArgument, "")), kExitUsage);
+  EXPECT_EQ(exit_code_for(error_from_response({503, R"({"error": "agent of gpu-a not connected"})"})),
+            kExitFailed);
+  EXPECT_EQ(exit_code_for(error_from_response({400, R"({"error": "bad"})"})), kExitUsage);
+  EXPECT_EQ(error_from_response({500, "oops"}).message(), "the coordinator answered HTTP 500");
+}
+
+}  // namespace
+}  // namespace corral::cli
