@@ -1,5 +1,6 @@
 // corral-agent --config agent.yaml
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "agent/inventory/gpu_inventory.hpp"
 #include "common/model/config.hpp"
 #include "common/net/pki.hpp"
+#include "worker/exit_codes.hpp"
 
 using namespace corral;
 
@@ -49,8 +51,8 @@ std::string preflight(const model::AgentConfig& config, const agent::Inventory& 
   }
   auto worker = run({config.worker, "preflight"}, std::chrono::minutes(2));
   if (!worker) return "corral-worker preflight: " + worker->err + worker.error().message();
-  // Exit 20: built without CUDA; the GPU kernel check is skipped, visibly, in the log.
-  if (worker->exit_code == 20) return "";
+  // Built without CUDA/NCCL: the kernel check cannot run here; nvidia-smi's view stands.
+  if (worker->exit_code == worker::to_int(worker::ExitCode::GpuSupportNotBuilt)) return "";
   if (worker->exit_code != 0) {
     std::string why = worker->err.empty() ? worker->out : worker->err;
     if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
@@ -62,6 +64,8 @@ std::string preflight(const model::AgentConfig& config, const agent::Inventory& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Logs go to stderr (journald under systemd); stdout is for what a command prints.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("corral"));
   CLI::App app{"corral-agent: runs a node's ranks for the corral coordinator"};
   std::string config_path;
   app.add_option("--config", config_path, "agent.yaml")->required();
