@@ -238,6 +238,8 @@ void Agent::on_message(std::string text) {
 void Agent::on_welcome(const protocol::Welcome& m) {
   welcomed_ = true;
   heartbeat_interval_ = std::chrono::milliseconds(m.heartbeat_interval_ms);
+  spdlog::info("welcomed by the coordinator; heartbeat every {} ms, {} message(s) held back to send",
+               m.heartbeat_interval_ms, outbox_.size());
   heartbeat_timer_->start_repeating(heartbeat_interval_, [this] { send(protocol::Heartbeat{}); });
   flush_outbox();
 }

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   agent::Inventory inventory;
   std::string health;
   if (!config->simulate.empty()) {
-    auto inv = agent::read_simulated_inventory(config->simulate);
+    auto inv = agent::read_simulated_inventory(config->simulate, config->node);
     if (!inv) return fail(inv.error().message(), 2);
     inventory = *inv;
     spdlog::info("simulated inventory from {}: {} GPU(s)", config->simulate, inventory.gpus.size());

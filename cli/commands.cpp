@@ -165,7 +165,13 @@ int run_wait(CommandContext& ctx, const WaitOptions& options) {
   TimePoint unreachable_since{};
   std::string last_state;
   for (;;) {
-    auto r = ctx.api.call("GET", job_path(options.job));
+    // The coordinator holds the request until the job ends or `hold` passes (long poll),
+    // so an ending job is seen at once without polling.
+    const TimePoint asked = ctx.clock.now();
+    Duration hold = kWaitHold;
+    if (deadline) hold = std::min(hold, std::max(Duration::zero(), *deadline - asked));
+    const auto hold_s = std::chrono::ceil<std::chrono::seconds>(hold);
+    auto r = ctx.api.call("GET", job_path(options.job) + "?wait=" + std::to_string(hold_s.count()));
     if (!r) {
       const bool transient =
           r.error().code() == ErrorCode::Unavailable || r.error().code() == ErrorCode::Timeout;
@@ -207,7 +213,9 @@ int run_wait(CommandContext& ctx, const WaitOptions& options) {
       }
       pause = std::min(pause, *deadline - now);
     }
-    ctx.sleep(pause);
+    // A held request that ran its course needs no pause; an early answer (the
+    // coordinator unreachable or restarting) does, so this never spins.
+    if (unreachable || now - asked < hold_s) ctx.sleep(pause);
   }
 }
 

@@ -40,6 +40,10 @@ struct JobOptions {
   bool json = false;
 };
 
+// How long one `wait` request may be held by the coordinator (it allows up to 60 s; the
+// HTTP client's timeout is 30 s).
+inline constexpr Duration kWaitHold = std::chrono::seconds(20);
+
 struct WaitOptions {
   std::int64_t job = 0;
   std::optional<Duration> timeout = std::nullopt;  // nullopt: wait for as long as it takes

@@ -38,7 +38,7 @@ fi
 source "$ROOT/scripts/deps.sh"
 source "$ROOT/scripts/build.sh"
 corral_install_deps
-corral_build corral-coordinator corral-agent corral corral-worker
+corral_build --target corral-coordinator corral-agent corral corral-worker
 
 stop_demo
 rm -rf "$DEMO"

@@ -1,5 +1,7 @@
 #include "agent/inventory/gpu_inventory.hpp"
 
+#include <array>
+#include <cstdio>
 #include <fstream>
 #include <span>
 
@@ -92,7 +94,7 @@ Result<std::vector<ComputeApp>> read_compute_apps(const CommandRunner& run, cons
   return parse_compute_apps(*out);
 }
 
-Result<Inventory> read_simulated_inventory(const std::string& path) {
+Result<Inventory> read_simulated_inventory(const std::string& path, std::string_view node) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorCode::NotFound, "cannot read simulated inventory " + path);
   // Read one byte past the parser's bound so that it, not this loop, reports a file
@@ -105,6 +107,13 @@ Result<Inventory> read_simulated_inventory(const std::string& path) {
   if (!sim) return std::unexpected(sim.error());
   Inventory inventory;
   inventory.gpus = std::move(sim->gpus);
+  if (!node.empty()) {
+    std::uint32_t hash = 2166136261u;  // FNV-1a
+    for (char c : node) hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+    std::array<char, 9> hex{};
+    std::snprintf(hex.data(), hex.size(), "%08x", hash);
+    for (auto& gpu : inventory.gpus) gpu.uuid.replace(8, 8, hex.data(), 8);  // GPU-sim-XXXXXXXX-...
+  }
   inventory.cuda = sim->cuda;
   inventory.driver = std::move(sim->driver);
   inventory.simulated = true;

@@ -53,6 +53,8 @@ inline constexpr Duration kNvidiaSmiTimeout{30'000};
 
 // Loads a simulated inventory file (configs/sim/*.yaml). NotFound when it cannot be
 // read; InvalidArgument with file:line:col for a bad file.
-[[nodiscard]] Result<Inventory> read_simulated_inventory(const std::string& path);
+// The UUIDs carry a hash of `node`, so simulated GPUs are unique across the cluster
+// as real ones are.
+[[nodiscard]] Result<Inventory> read_simulated_inventory(const std::string& path, std::string_view node = {});
 
 }  // namespace corral::agent

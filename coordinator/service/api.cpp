@@ -102,7 +102,10 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     }
     auto id = parse_id(parts[2]);
     if (!id) return respond(error_response(400, "job id must be a positive integer"));
-    if (parts.size() == 3 && m == "GET") return respond(show_job(*id));
+    if (parts.size() == 3 && m == "GET") {
+      if (request.query.contains("wait")) return wait_job(*id, request, std::move(respond));
+      return respond(show_job(*id));
+    }
     if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return respond(cancel_job(*id, caller));
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
   }
@@ -217,6 +220,30 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request) {
     }
   }
   return json_response(200, out);
+}
+
+void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request,
+                           std::function<void(net::HttpResponse)> respond) {
+  constexpr int kMaxWaitSeconds = 60;
+  const std::string& text = request.query.at("wait");
+  int seconds = -1;
+  if (!text.empty() && text.size() <= 2 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    seconds = std::stoi(text);
+  }
+  if (seconds < 0 || seconds > kMaxWaitSeconds) {
+    return respond(error_response(400, "wait must be a whole number of seconds from 0 to " + std::to_string(kMaxWaitSeconds)));
+  }
+  // Ended (or unknown) jobs answer at once; so does a live job asked not to wait.
+  if (live_job(id) == nullptr || seconds == 0) return respond(show_job(id));
+  job_waits_.emplace(id, JobWait{std::move(respond), clock_.now() + std::chrono::seconds(seconds)});
+}
+
+void Coordinator::answer_job_waits(model::JobId id) {
+  auto [first, last] = job_waits_.equal_range(id);
+  if (first == last) return;
+  net::HttpResponse res = show_job(id);
+  for (auto it = first; it != last; ++it) it->second.respond(res);
+  job_waits_.erase(first, last);
 }
 
 net::HttpResponse Coordinator::show_job(model::JobId id) {

@@ -251,6 +251,7 @@ void Coordinator::apply_change(const sched::JobChange& change) {
     ++stats_.ended[static_cast<int>(change.to)];
     Job ended = std::move(*job);
     jobs_.erase(change.job);
+    committer_.then([this, id = change.job] { answer_job_waits(id); });
     remember_ended(std::move(ended));
     request_pass();  // its GPUs are free
   } else if (change.to == JobState::Pending) {
@@ -308,6 +309,15 @@ void Coordinator::tick() {
         if (r) node_changed(*scheduler_.node(name), *r);
         if (link.conn) link.conn->close("node timed out");
       }
+    }
+  }
+  // Job waits whose time is up see the job as it is now.
+  for (auto it = job_waits_.begin(); it != job_waits_.end();) {
+    if (now >= it->second.deadline) {
+      it->second.respond(show_job(it->first));
+      it = job_waits_.erase(it);
+    } else {
+      ++it;
     }
   }
   // Log requests the agent never answered.

@@ -68,6 +68,10 @@ class Coordinator final : public net::ServerHandler {
     store::JobRecord record;
     model::JobSpec spec;
   };
+  struct JobWait {
+    std::function<void(net::HttpResponse)> respond;
+    TimePoint deadline{};
+  };
   struct LogWait {
     std::function<void(net::HttpResponse)> respond;
     int rank = 0;
@@ -113,6 +117,10 @@ class Coordinator final : public net::ServerHandler {
   void submit(const net::HttpRequest& request, const Caller& caller, std::function<void(net::HttpResponse)> respond);
   net::HttpResponse list_jobs(const net::HttpRequest& request);
   net::HttpResponse show_job(model::JobId id);
+  // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
+  // seconds have passed, whichever is first; the caller then sees the state either way.
+  void wait_job(model::JobId id, const net::HttpRequest& request, std::function<void(net::HttpResponse)> respond);
+  void answer_job_waits(model::JobId id);
   net::HttpResponse cancel_job(model::JobId id, const Caller& caller);
   void job_logs(model::JobId id, const net::HttpRequest& request, const Caller& caller,
                 std::function<void(net::HttpResponse)> respond);
@@ -133,6 +141,7 @@ class Coordinator final : public net::ServerHandler {
   std::deque<model::JobId> ended_order_;
   std::unordered_map<std::string, store::User> users_;  // by token hash
   std::map<std::uint64_t, LogWait> log_waits_;
+  std::multimap<model::JobId, JobWait> job_waits_;
   std::uint64_t next_log_request_ = 1;
   model::JobId max_job_id_ = 0;
   bool pass_posted_ = false;

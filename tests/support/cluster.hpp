@@ -3,6 +3,8 @@
 // certificates made with `issue-agent-cert`. Binaries come from compile definitions
 // CORRAL_COORDINATOR_BIN (and CORRAL_AGENT_BIN, CORRAL_CLI_BIN, CORRAL_WORKER_BIN).
 
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,17 +18,16 @@ namespace corral::testing {
 
 class CoordinatorProcess {
  public:
-  explicit CoordinatorProcess(const TempDir& dir, std::string settings = {})
+  // `admin` names the first admin (whose token token() is); jobs it submits run as
+  // that Unix user on real agents.
+  explicit CoordinatorProcess(const TempDir& dir, std::string settings = {}, std::string admin = "tester")
       : state_dir_(dir.file("state")), config_(dir.file("coordinator.yaml")), port_file_(dir.file("port")),
         agents_dir_(dir.file("agents")) {
-    auto [rc, out] = run({CORRAL_COORDINATOR_BIN, "init", "--state-dir", state_dir_, "--admin", "tester", "--san",
+    auto [rc, out] = run({CORRAL_COORDINATOR_BIN, "init", "--state-dir", state_dir_, "--admin", admin, "--san",
                           "127.0.0.1", "--san", "localhost"});
     init_ok_ = rc == 0;
     token_ = out.substr(0, out.find('\n'));
-    std::ofstream(config_) << "listen: 127.0.0.1:0\nstate_dir: " << state_dir_
-                           << "\nheartbeat_interval: 100ms\nnode_timeout: 1500ms\nreconnect_grace: 3s\n"
-                              "kill_grace: 1s\nschedule_interval: 200ms\n"
-                           << settings;
+    settings_ = std::move(settings);
   }
 
   bool init_ok() const { return init_ok_; }
@@ -36,7 +37,13 @@ class CoordinatorProcess {
   int port() const { return port_; }
   Child& process() { return child_; }
 
+  // The first start binds a free port; a restart binds the same one, as a real
+  // coordinator at a fixed address does, so agents find it again.
   bool start() {
+    std::ofstream(config_) << "listen: 127.0.0.1:" << port_ << "\nstate_dir: " << state_dir_
+                           << "\nheartbeat_interval: 100ms\nnode_timeout: 1500ms\nreconnect_grace: 3s\n"
+                              "kill_grace: 1s\nschedule_interval: 200ms\n"
+                           << settings_;
     std::filesystem::remove(port_file_);
     if (!child_.start({CORRAL_COORDINATOR_BIN, "--config", config_, "--port-file", port_file_})) return false;
     if (!child_.wait_for_line("listening on")) return false;
@@ -61,8 +68,8 @@ class CoordinatorProcess {
     return rc == 0 ? out.substr(0, out.find('\n')) : std::string();
   }
 
-  std::unique_ptr<net::HttpClient> client() const {
-    auto c = net::HttpClient::create(url(), {ca(), "", ""}, std::chrono::seconds(10));
+  std::unique_ptr<net::HttpClient> client(Duration timeout = std::chrono::seconds(10)) const {
+    auto c = net::HttpClient::create(url(), {ca(), "", ""}, timeout);
     return c ? std::move(*c) : nullptr;
   }
 
@@ -71,10 +78,50 @@ class CoordinatorProcess {
   std::string config_;
   std::string port_file_;
   std::string agents_dir_;
+  std::string settings_;
   std::string token_;
   bool init_ok_ = false;
   int port_ = 0;
   Child child_;
 };
+
+#ifdef CORRAL_AGENT_BIN
+// A real corral-agent with a simulated inventory, joined to `coordinator`.
+class AgentProcess {
+ public:
+  AgentProcess(CoordinatorProcess& coordinator, const TempDir& dir, std::string node, std::string sim_file,
+               std::string advertise = "127.0.0.1", std::string ports = "29500-29599")
+      : node_(std::move(node)), config_(dir.file(node_ + ".yaml")), spool_(dir.file("spool-" + node_)) {
+    std::string certs = coordinator.agent_cert(node_);
+    std::ofstream(config_) << "node: " << node_ << "\ncoordinator: " << coordinator.url() << "\nca: " << certs
+                           << "/ca.pem\ncert: " << certs << "/" << node_ << ".pem\nkey: " << certs << "/" << node_
+                           << ".key\nspool: " << spool_ << "\nadvertise: " << advertise << "\nports: " << ports
+                           << "\nsimulate: " << sim_file << "\nallow_root_jobs: true\nworker: " CORRAL_WORKER_BIN
+                           << "\nreconnect_max_backoff: 500ms\n";
+  }
+
+  // Starts the agent; true once the coordinator has welcomed it.
+  bool start() {
+    if (!child_.start({CORRAL_AGENT_BIN, "--config", config_})) return false;
+    return child_.wait_for_line("welcomed by the coordinator");
+  }
+  // After the coordinator restarted: true once this agent is welcomed again.
+  bool rejoined() { return child_.wait_for_line("welcomed by the coordinator", std::chrono::seconds(20)); }
+  // SIGKILL to the agent alone: its ranks, in their own process groups, live on.
+  void kill9() {
+    ::kill(child_.pid(), SIGKILL);
+    child_.wait();
+  }
+  void stop() { child_.kill_and_wait(SIGTERM); }
+  Child& process() { return child_; }
+  const std::string& spool() const { return spool_; }
+
+ private:
+  std::string node_;
+  std::string config_;
+  std::string spool_;
+  Child child_;
+};
+#endif
 
 }  // namespace corral::testing

@@ -254,6 +254,18 @@ TEST(GpuInventory, LoadsASimulatedInventoryFileAsSimulated) {
   EXPECT_EQ(inventory->gpus.size(), 8u);
 }
 
+TEST(GpuInventory, SimulatedUuidsDifferFromNodeToNode) {
+  std::string file = std::string(CORRAL_SOURCE_DIR) + "/configs/sim/a100x8.yaml";
+  auto a = read_simulated_inventory(file, "gpu-a");
+  auto b = read_simulated_inventory(file, "gpu-b");
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->gpus[0].uuid, b->gpus[0].uuid);
+  EXPECT_NE(a->gpus[0].uuid, a->gpus[1].uuid);
+  EXPECT_EQ(a->gpus[0].uuid.size(), b->gpus[0].uuid.size());
+  EXPECT_TRUE(a->gpus[0].uuid.starts_with("GPU-sim-"));
+  EXPECT_EQ(a->gpus[0].uuid, read_simulated_inventory(file, "gpu-a")->gpus[0].uuid);  // stable across restarts
+}
+
 TEST(GpuInventory, MissingSimulatedInventoryFileIsNotFound) {
   auto inventory = read_simulated_inventory("/nonexistent/sim.yaml");
   ASSERT_FALSE(inventory.has_value());

@@ -210,7 +210,7 @@ TEST_F(CommandsTest, AnAnswerThatIsNotJsonIsAFailure) {
   EXPECT_EQ(err_.str(), "corral: unexpected answer from the coordinator: malformed JSON\n");
 }
 
-TEST_F(CommandsTest, WaitPollsEvery200msUntilCompleted) {
+TEST_F(CommandsTest, WaitHoldsEachRequestAndPausesOnlyAfterEarlyAnswers) {
   api_.answer(200, job_json(5, "PENDING"));
   api_.answer(200, job_json(5, "RUNNING"));
   api_.answer(200, job_json(5, "COMPLETED", R"(, "exit_code": 0)"));
@@ -219,7 +219,26 @@ TEST_F(CommandsTest, WaitPollsEvery200msUntilCompleted) {
   EXPECT_EQ(out_.str(), "Job 5 COMPLETED\n");
   EXPECT_EQ(sleeps_, (std::vector<Duration>{200ms, 200ms}));
   EXPECT_EQ(api_.calls.size(), 3u);
-  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/5");
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/5?wait=20");
+}
+
+TEST_F(CommandsTest, WaitDoesNotPauseAfterARequestHeldItsFullTime) {
+  api_.answer(200, job_json(5, "RUNNING"));
+  api_.answer(200, job_json(5, "COMPLETED"));
+  // The fake API answers at once; a clock moved by the call stands for a held request.
+  struct HeldApi : ApiClient {
+    FakeApi& inner;
+    FakeClock& clock;
+    HeldApi(FakeApi& a, FakeClock& c) : inner(a), clock(c) {}
+    Result<ApiResponse> call(const std::string& m, const std::string& t, const std::string& b) override {
+      clock.advance(20s);
+      return inner.call(m, t, b);
+    }
+  } held(api_, clock_);
+  CommandContext c{held, out_, err_, clock_, [this](Duration d) { sleeps_.push_back(d); }};
+  EXPECT_EQ(run_wait(c, {.job = 5}), kExitOk);
+  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_EQ(api_.calls.size(), 2u);
 }
 
 TEST_F(CommandsTest, WaitExits1OnAnyOtherEndState) {
@@ -236,6 +255,7 @@ TEST_F(CommandsTest, WaitGivesUpAtItsTimeout) {
   auto c = ctx();
   EXPECT_EQ(run_wait(c, {.job = 5, .timeout = 500ms}), kExitFailed);
   EXPECT_EQ(sleeps_, (std::vector<Duration>{200ms, 200ms, 100ms}));
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/5?wait=1");  // never held past the timeout
   EXPECT_EQ(err_.str(), "corral: timed out after 0:00 waiting for job 5 (still RUNNING)\n");
 }
 

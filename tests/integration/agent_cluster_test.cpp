@@ -1,0 +1,258 @@
+// Real agents (simulated inventories) against the real coordinator over TLS on
+// loopback: jobs run as real processes with the real corral-worker; failures, lost
+// agents and a coordinator restart are real SIGKILLs.
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "common/model/job.hpp"
+#include "tests/support/cluster.hpp"
+
+namespace corral {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+using testing::AgentProcess;
+using testing::CoordinatorProcess;
+
+std::string current_user() {
+  const passwd* pw = ::getpwuid(::geteuid());
+  return pw != nullptr ? pw->pw_name : "root";
+}
+
+bool process_alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+// Polls `pred` until it holds or `timeout` passes. For conditions outside the cluster's
+// own events (a process gone from /proc), where there is nothing to wait on.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+constexpr const char* kSettings = "";
+
+class AgentClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(sim_) << "driver: \"550.54.15\"\ncuda: \"12.4\"\n"
+                           "gpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n";
+    ASSERT_TRUE(coord_.init_ok());
+    ASSERT_TRUE(coord_.start());
+    http_ = coord_.client(70s);
+    a_ = std::make_unique<AgentProcess>(coord_, dir_, "gpu-a", sim_);
+    b_ = std::make_unique<AgentProcess>(coord_, dir_, "gpu-b", sim_);
+    ASSERT_TRUE(a_->start());
+    ASSERT_TRUE(b_->start());
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& line : coord_.process().lines()) std::cerr << "coordinator: " << line << "\n";
+      for (auto* agent : {a_.get(), b_.get()}) {
+        if (agent == nullptr) continue;
+        for (const auto& line : agent->process().lines()) std::cerr << "agent: " << line << "\n";
+      }
+    }
+  }
+
+  net::HttpResponse call(const std::string& method, const std::string& target, const std::string& body = {}) {
+    auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + coord_.token()}});
+    EXPECT_TRUE(r.has_value()) << r.error().message();
+    return r ? *r : net::HttpResponse{0, "", "", {}};
+  }
+
+  model::JobId submit(const std::string& spec) {
+    auto r = call("POST", "/v1/jobs", Json{{"spec", spec}, {"file", "job.yaml"}}.dump());
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.status == 201 ? Json::parse(r.body)["id"].get<model::JobId>() : 0;
+  }
+
+  Json job(model::JobId id) { return Json::parse(call("GET", "/v1/jobs/" + std::to_string(id)).body); }
+
+  // Waits for the job to end (the coordinator holds the request until it does).
+  Json wait_end(model::JobId id, int seconds = 30) {
+    auto r = call("GET", "/v1/jobs/" + std::to_string(id) + "?wait=" + std::to_string(seconds));
+    return Json::parse(r.body);
+  }
+
+  bool reaches(model::JobId id, const std::string& state, std::chrono::milliseconds timeout = 10s) {
+    return eventually([&] { return job(id)["state"] == state; }, timeout);
+  }
+
+  std::string log(model::JobId id, int rank) {
+    auto r = call("GET", "/v1/jobs/" + std::to_string(id) + "/logs?rank=" + std::to_string(rank));
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? Json::parse(r.body)["data"].get<std::string>() : "";
+  }
+
+  std::vector<int> pids(const Json& j) {
+    std::vector<int> out;
+    for (const auto& r : j["ranks"]) {
+      if (r["pid"].is_number()) out.push_back(r["pid"].get<int>());
+    }
+    return out;
+  }
+
+  bool all_gone(const std::vector<int>& pids, std::chrono::milliseconds timeout = 5s) {
+    return eventually(
+        [&] { return std::none_of(pids.begin(), pids.end(), [](int p) { return process_alive(p); }); }, timeout);
+  }
+
+  std::string two_node(const std::string& command, const std::string& extra = "") {
+    return "name: t\ncommand: " + command + "\nresources: {nodes: 2, gpus_per_node: 2}\n" + extra;
+  }
+
+  testing::TempDir dir_;
+  std::string sim_ = dir_.file("sim.yaml");
+  CoordinatorProcess coord_{dir_, kSettings, current_user()};
+  std::unique_ptr<net::HttpClient> http_;
+  std::unique_ptr<AgentProcess> a_;
+  std::unique_ptr<AgentProcess> b_;
+};
+
+TEST_F(AgentClusterTest, ATwoNodeTcpCheckCompletesAndEveryRankSawTheRightEnvironment) {
+  model::JobId id = submit(two_node("[" CORRAL_WORKER_BIN ", tcp-check]"));
+  Json j = wait_end(id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_EQ(j["exit_code"], 0);
+  ASSERT_EQ(j["ranks"].size(), 4u);
+  std::set<int> ranks;
+  for (int r = 0; r < 4; ++r) {
+    std::string text = log(id, r);
+    auto brace = text.find('{');
+    ASSERT_NE(brace, std::string::npos) << text;
+    Json line = Json::parse(text.substr(brace, text.find('\n', brace) - brace));
+    EXPECT_EQ(line["ok"], true) << text;
+    EXPECT_EQ(line["world_size"], 4);
+    EXPECT_EQ(line["master_addr"], "127.0.0.1");
+    EXPECT_EQ(line["master_port"], j["master_port"]);
+    EXPECT_EQ(line["node_rank"], r / 2);
+    EXPECT_EQ(line["local_rank"], r % 2);
+    EXPECT_EQ(line["sum"], 1 + 2 + 3 + 4);  // each rank adds RANK + 1: the all-reduce really ran
+    EXPECT_EQ(line["cuda_visible_devices"], std::to_string(r % 2));
+    ranks.insert(line["rank"].get<int>());
+    EXPECT_EQ(j["ranks"][r]["state"], "EXITED");
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST_F(AgentClusterTest, TheJobsEnvironmentAndWorkdirReachEveryRank) {
+  std::string spec =
+      "name: env\ncommand: \"echo R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE LW=$LOCAL_WORLD_SIZE N=$NODE_RANK "
+      "G=$GROUP_RANK M=$MASTER_ADDR:$MASTER_PORT C=$CUDA_VISIBLE_DEVICES O=$OMP_NUM_THREADS J=$CORRAL_JOB_ID "
+      "X=$EXTRA D=$(pwd)\"\nworkdir: " +
+      dir_.path().string() + "\nenv: {EXTRA: hello}\nresources: {nodes: 2, gpus_per_node: 2}\n";
+  model::JobId id = submit(spec);
+  Json j = wait_end(id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  std::string master = "127.0.0.1:" + std::to_string(j["master_port"].get<int>());
+  EXPECT_EQ(log(id, 3), "R=3 L=1 W=4 LW=2 N=1 G=1 M=" + master + " C=1 O=1 J=" + std::to_string(id) +
+                            " X=hello D=" + dir_.path().string() + "\n");
+}
+
+TEST_F(AgentClusterTest, AFailingRankTakesTheGangDownWithNoProcessLeft) {
+  std::string go = dir_.file("go");
+  model::JobId id = submit(two_node("\"if [ $RANK = 3 ]; then while [ ! -e " + go +
+                                    " ]; do sleep 0.05; done; exit 7; fi; exec sleep 300\""));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::vector<int> running = pids(job(id));
+  ASSERT_EQ(running.size(), 4u);
+  std::ofstream(go) << "go\n";
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["failed_rank"], 3);
+  EXPECT_EQ(j["failed_node"], "gpu-b");
+  EXPECT_EQ(j["exit_code"], 7);
+  EXPECT_TRUE(all_gone(running)) << "a rank of the failed job is still running";
+  // Each killed rank's end is reported too.
+  EXPECT_TRUE(eventually(
+      [&] {
+        Json now = job(id);
+        return std::all_of(now["ranks"].begin(), now["ranks"].end(),
+                           [](const Json& r) { return r["state"] == "EXITED" || r["state"] == "KILLED"; });
+      },
+      5s));
+}
+
+TEST_F(AgentClusterTest, ASigkilledAgentMakesItsNodeDownAndTheJobNodeFail) {
+  model::JobId id = submit(two_node("[sleep, '300']"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::vector<int> running = pids(job(id));
+  ASSERT_EQ(running.size(), 4u);
+  auto killed_at = std::chrono::steady_clock::now();
+  b_->kill9();
+  Json j = wait_end(id);
+  auto took = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_EQ(j["state"], "NODE_FAIL");
+  EXPECT_LT(took, 1500ms + 1s) << "node_timeout plus a second";
+  Json nodes = Json::parse(call("GET", "/v1/nodes").body);
+  EXPECT_EQ(nodes[1]["state"], "down");
+  // gpu-a was told to kill its ranks; gpu-b's are orphans of the dead agent...
+  EXPECT_TRUE(all_gone({running[0], running[1]}));
+  EXPECT_TRUE(process_alive(running[2]));
+  // ...until an agent starts again there and kills what its spool says the last one left.
+  ASSERT_TRUE(b_->start());
+  EXPECT_TRUE(all_gone({running[2], running[3]}));
+  EXPECT_TRUE(eventually([&] { return Json::parse(call("GET", "/v1/nodes").body)[1]["state"] == "up"; }, 5s));
+}
+
+TEST_F(AgentClusterTest, AJobRunningWhenTheCoordinatorIsKilledCompletesAfterItsRestart) {
+  std::string go = dir_.file("go");
+  model::JobId id = submit(two_node("\"while [ ! -e " + go + " ]; do sleep 0.05; done\""));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::vector<model::JobId> queued;
+  for (int i = 0; i < 5; ++i) queued.push_back(submit(two_node("[" CORRAL_WORKER_BIN ", tcp-check]")));
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client(70s);
+  ASSERT_TRUE(a_->rejoined());
+  ASSERT_TRUE(b_->rejoined());
+  EXPECT_EQ(job(id)["state"], "RUNNING");
+  std::ofstream(go) << "go\n";
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  // Every job acknowledged before the kill runs afterwards.
+  for (model::JobId q : queued) EXPECT_EQ(wait_end(q)["state"], "COMPLETED") << q;
+}
+
+TEST_F(AgentClusterTest, CancelAndTimeLimitLeaveNothingRunning) {
+  model::JobId cancelled = submit(two_node("[sleep, '300']"));
+  ASSERT_TRUE(reaches(cancelled, "RUNNING"));
+  std::vector<int> running = pids(job(cancelled));
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(cancelled) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(cancelled)["state"], "CANCELLED");
+  EXPECT_TRUE(all_gone(running));
+
+  model::JobId limited = submit(two_node("[sleep, '300']", "time_limit: 1s\n"));
+  ASSERT_TRUE(reaches(limited, "RUNNING"));
+  running = pids(job(limited));
+  Json j = wait_end(limited);
+  EXPECT_EQ(j["state"], "TIMEOUT");
+  EXPECT_TRUE(all_gone(running));
+}
+
+TEST_F(AgentClusterTest, AWaitIsAnsweredWhenTheJobEndsAndBadWaitsAreRefused) {
+  EXPECT_EQ(call("GET", "/v1/jobs/1?wait=61").status, 400);
+  EXPECT_EQ(call("GET", "/v1/jobs/1?wait=soon").status, 400);
+  model::JobId id = submit(two_node("[sleep, '0.5']"));
+  auto asked = std::chrono::steady_clock::now();
+  Json j = wait_end(id, 60);
+  EXPECT_EQ(j["state"], "COMPLETED");
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 10s);  // answered at the end, not at 60 s
+}
+
+}  // namespace
+}  // namespace corral
