@@ -54,6 +54,12 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+double mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +127,7 @@ int main(int argc, char** argv) {
     }
     std::printf("| `corral submit` runs (serial) | %d (%d failed) |\n", cli_runs, cli_failures);
     std::printf("| `corral submit` median / p90 | %.1f / %.1f ms |\n", percentile(runs, 0.5), percentile(runs, 0.9));
+    std::printf("| `corral submit` mean | %.1f ms |\n", mean(runs));
     std::printf("| `corral submit` serial rate | %.0f jobs/s |\n", 1000.0 / percentile(runs, 0.5));
   }
   return failures.load() == 0 ? 0 : 1;

@@ -109,6 +109,7 @@ Result<void> Coordinator::start() {
 
 void Coordinator::shutdown() {
   if (tick_timer_) tick_timer_->cancel();
+  if (pass_timer_) pass_timer_->cancel();
   committer_.flush();
 }
 
@@ -137,6 +138,19 @@ void Coordinator::remember_ended(Job job) {
 void Coordinator::request_pass() {
   if (pass_posted_) return;
   pass_posted_ = true;
+  // Pacing: a pass that took d is followed by at least 2d of other work, so a long queue
+  // costs the scheduler at most a third of the loop and submissions keep flowing. A
+  // short queue's passes take microseconds and run on the next turn.
+  auto since = std::chrono::steady_clock::now() - last_pass_end_;
+  auto gap = 2 * last_pass_took_;
+  if (since < gap) {
+    if (!pass_timer_) pass_timer_ = std::make_unique<net::Timer>(loop_);
+    pass_timer_->start(std::chrono::duration_cast<Duration>(gap - since), [this] {
+      pass_posted_ = false;
+      run_pass();
+    });
+    return;
+  }
   loop_.post([this] {
     pass_posted_ = false;
     run_pass();
@@ -147,17 +161,13 @@ void Coordinator::run_pass() {
   if (in_grace_) return;  // placements wait until we know what still runs
   auto t0 = std::chrono::steady_clock::now();
   auto decisions = scheduler_.schedule(clock_.now());
-  stats_.last_pass_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  last_pass_end_ = std::chrono::steady_clock::now();
+  last_pass_took_ = last_pass_end_ - t0;
+  stats_.last_pass_ms = std::chrono::duration<double, std::milli>(last_pass_took_).count();
   ++stats_.passes;
   apply(decisions);
-  // Pending reasons changed in memory; they are shown from there and not persisted,
-  // except when a job starts or ends.
-  for (auto& [id, job] : jobs_) {
-    if (job.record.state != JobState::Pending) continue;
-    if (const auto* sj = scheduler_.job(id)) {
-      job.record.reason = std::string(sched::to_string(sj->reason.code));
-    }
-  }
+  // Pending reasons live in the scheduler and are shown from there (views.cpp); they are
+  // not persisted, except when a job starts or ends.
 }
 
 std::vector<store::RankRecord> Coordinator::rank_records(const model::JobSpec& spec,

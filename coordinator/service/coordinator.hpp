@@ -149,6 +149,9 @@ class Coordinator final : public net::ServerHandler {
   TimePoint grace_ends_{};
   TimePoint last_periodic_pass_{};
   std::unique_ptr<net::Timer> tick_timer_;
+  std::unique_ptr<net::Timer> pass_timer_;
+  std::chrono::steady_clock::time_point last_pass_end_{};
+  std::chrono::steady_clock::duration last_pass_took_{};
   CoordinatorStats stats_;
 };
 

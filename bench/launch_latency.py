@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""bench/launch_latency: how long a 2-node × 2-rank job takes to start.
+
+For corral: from `corral submit` returning to every rank having started (rank command:
+bench/stamp, which writes the time it got to run), and, for a PyTorch job, to every rank
+past init_process_group(backend='gloo', init_method='env://') (bench/ddp_stamp.py).
+Beside it, in the same run: torchrun (static and c10d rendezvous; two torchrun
+processes, one per node, --nproc_per_node 2) and the four processes started bare with
+the env:// variables, each from launch to the last rank past init_process_group.
+The cluster is a coordinator and two agents on this machine (127.0.0.1).
+
+    bench/launch_latency.py [--build build] [--runs 20] [--no-torch]
+
+The PyTorch rows need Debian's python3-torch (/usr/bin/python3).
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from localcluster import LocalCluster, percentile  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+
+
+def stamps(folder, n):
+    out = []
+    for r in range(n):
+        with open(os.path.join(folder, f"{r}.t")) as f:
+            out.append(int(f.read()) / 1e9)
+    return out
+
+
+def corral_run(c, cli, command, scratch):
+    spec = os.path.join(scratch, "job.yaml")
+    with open(spec, "w") as f:
+        f.write("name: latency\ncommand: [" + ", ".join(f'"{a}"' for a in command) + "]\n"
+                "resources: {nodes: 2, gpus_per_node: 2}\ntime_limit: 5m\n")
+    t_cmd = time.time()
+    out = subprocess.run([cli, "submit", "--json", spec], env=c.env(), check=True, capture_output=True, text=True)
+    t0 = time.time()
+    job = int(out.stdout.split(":")[1].strip(" }\n"))
+    end = c.get(f"/v1/jobs/{job}?wait=60")
+    if end["state"] != "COMPLETED":
+        raise RuntimeError(f"job {job} ended {end['state']}: {end.get('reason')}")
+    return max(stamps(scratch, 4)) - t0, t0 - t_cmd
+
+
+def torch_env(rank, local_rank, port):
+    e = dict(os.environ)
+    e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="4", RANK=str(rank),
+             LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    return e
+
+
+def bare_run(scratch, port):
+    script = os.path.join(HERE, "ddp_stamp.py")
+    t0 = time.time()
+    procs = [subprocess.Popen([PY, script, scratch], env=torch_env(r, r % 2, port)) for r in range(4)]
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError("a bare rank failed")
+    return max(stamps(scratch, 4)) - t0
+
+
+def torchrun_run(scratch, port, mode):
+    script = os.path.join(HERE, "ddp_stamp.py")
+    # Debian 12's torchrun 1.13 needs the redirects spelled out to start on Python 3.11.
+    common = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "2",
+              "--redirects", "9:0", "--tee", "9:0"]
+    if mode == "static":
+        rdzv = ["--master_addr", "127.0.0.1", "--master_port", str(port)]
+    else:
+        rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"bench{port}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t0 = time.time()
+    procs = []
+    for node in range(2):
+        node_args = ["--node_rank", str(node)] if mode == "static" else []
+        procs.append(subprocess.Popen(common + rdzv + node_args + [script, scratch], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError(f"torchrun ({mode}) failed")
+    return max(stamps(scratch, 4)) - t0
+
+
+def has_torch():
+    return subprocess.run([PY, "-c", "import torch.distributed"], capture_output=True).returncode == 0
+
+
+def row(name, values, note=""):
+    ms = [v * 1000 for v in values]
+    print(f"| {name} | {len(ms)} | {percentile(ms, 0.5):.1f} ms | {percentile(ms, 0.9):.1f} ms | {note} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"))
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--no-torch", action="store_true")
+    a = ap.parse_args()
+    cli = os.path.join(a.build, "cli", "corral")
+    stamp = os.path.join(a.build, "bench", "stamp")
+    torch = not a.no_torch and has_torch()
+    results = {}
+    with LocalCluster(a.build, agents=2, sim="a100x8.yaml") as c:
+        for name, command in [("corral: every rank started", [stamp]),
+                              ("corral: PyTorch, every rank past init_process_group",
+                               [PY, os.path.join(HERE, "ddp_stamp.py")])]:
+            if "PyTorch" in name and not torch:
+                continue
+            lat, cmd = [], []
+            for _ in range(a.runs):
+                scratch = tempfile.mkdtemp(prefix="corral-latency-")
+                try:
+                    latency, submit = corral_run(c, cli, command + [scratch], scratch)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                lat.append(latency)
+                cmd.append(submit)
+            results[name] = lat
+            results[name + " (the `corral submit` command itself)"] = cmd
+    if torch:
+        for name, fn in [("bare: 4 processes with the env:// variables", lambda s, p: bare_run(s, p)),
+                         ("torchrun, static rendezvous", lambda s, p: torchrun_run(s, p, "static")),
+                         ("torchrun, c10d rendezvous", lambda s, p: torchrun_run(s, p, "c10d"))]:
+            values = []
+            for i in range(a.runs):
+                scratch = tempfile.mkdtemp(prefix="corral-latency-")
+                try:
+                    values.append(fn(scratch, 29900 + i))
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+            results[name] = values
+    print("| launch (2 nodes × 2 ranks) | runs | median | p90 | |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for name, values in results.items():
+        row(name, values)
+    if not torch:
+        print("\n(PyTorch rows skipped: /usr/bin/python3 has no torch; apt-get install python3-torch)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

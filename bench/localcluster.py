@@ -1,0 +1,142 @@
+"""A corral cluster on this machine for the benchmarks: a coordinator and agents with
+simulated inventories, all on 127.0.0.1, state in a temporary folder removed at the end.
+
+    with LocalCluster(build, agents=4, sim="a100x8.yaml") as c:
+        c.submit(spec_text) -> job id
+        c.get("/v1/jobs/7?wait=30") -> parsed JSON
+"""
+
+import http.client
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class LocalCluster:
+    def __init__(self, build, agents=2, sim="a100x8.yaml", settings=""):
+        self.build = build
+        self.dir = tempfile.mkdtemp(prefix="corral-bench-")
+        self.procs = []
+        self.local = threading.local()
+        coord = os.path.join(build, "coordinator", "corral-coordinator")
+        state = os.path.join(self.dir, "state")
+        user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        self.token = subprocess.run([coord, "init", "--state-dir", state, "--admin", user, "--san", "127.0.0.1"],
+                                    check=True, capture_output=True, text=True).stdout.split("\n")[0]
+        self.ca = os.path.join(state, "ca.pem")
+        cfg = os.path.join(self.dir, "coordinator.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"listen: 127.0.0.1:0\nstate_dir: {state}\nheartbeat_interval: 1s\nnode_timeout: 5s\n"
+                    f"reconnect_grace: 5s\nkill_grace: 2s\n{settings}")
+        port_file = os.path.join(self.dir, "port")
+        self._start([coord, "--config", cfg, "--port-file", port_file], "coordinator")
+        deadline = time.time() + 20
+        while not (os.path.exists(port_file) and os.path.getsize(port_file) > 0):
+            if time.time() > deadline:
+                raise RuntimeError("the coordinator did not start; see " + self.dir)
+            time.sleep(0.01)
+        self.port = int(open(port_file).read())
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.ssl = ssl.create_default_context(cafile=self.ca)
+        certs = os.path.join(self.dir, "certs")
+        self.nodes = []
+        for i in range(agents):
+            name = f"bench-{chr(ord('a') + i)}"
+            subprocess.run([coord, "issue-agent-cert", "--state-dir", state, "--node", name, "--out", certs],
+                           check=True, capture_output=True)
+            acfg = os.path.join(self.dir, name + ".yaml")
+            with open(acfg, "w") as f:
+                f.write(f"node: {name}\ncoordinator: {self.url}\nca: {certs}/ca.pem\ncert: {certs}/{name}.pem\n"
+                        f"key: {certs}/{name}.key\nspool: {self.dir}/spool-{name}\nadvertise: 127.0.0.1\n"
+                        f"ports: 29500-29999\nsimulate: {ROOT}/configs/sim/{sim}\nallow_root_jobs: true\n"
+                        f"worker: {build}/worker/corral-worker\n")
+            self._start([os.path.join(build, "agent", "corral-agent"), "--config", acfg], name)
+            self.nodes.append(name)
+        deadline = time.time() + 20
+        while sum(1 for n in self.get("/v1/nodes") if n["state"] == "up") < agents:
+            if time.time() > deadline:
+                raise RuntimeError("agents did not join; see " + self.dir)
+            time.sleep(0.02)
+
+    def _start(self, argv, name):
+        log = open(os.path.join(self.dir, name + ".log"), "w")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=log))
+
+    def _conn(self):
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ssl, timeout=90)
+            self.local.conn = conn
+        return conn
+
+    def call(self, method, path, body=None):
+        headers = {"Authorization": "Bearer " + self.token}
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            headers["Content-Type"] = "application/json"
+        conn = self._conn()
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            r = conn.getresponse()
+            text = r.read()
+        except (http.client.HTTPException, OSError):
+            conn.close()
+            self.local.conn = None
+            raise
+        return r.status, json.loads(text) if text else None
+
+    def get(self, path):
+        status, body = self.call("GET", path)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status} {body}")
+        return body
+
+    def submit(self, spec):
+        status, body = self.call("POST", "/v1/jobs", {"spec": spec, "file": "bench.yaml"})
+        if status != 201:
+            raise RuntimeError(f"submit: {status} {body}")
+        return body["id"]
+
+    def env(self):
+        e = dict(os.environ)
+        e.update(CORRAL_URL=self.url, CORRAL_TOKEN=self.token, CORRAL_CA=self.ca)
+        return e
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def parse_time(text):
+    """RFC 3339 with milliseconds, UTC ("2026-12-02T10:00:00.123Z") -> seconds since the epoch."""
+    import datetime
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def percentile(values, p):
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    return v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))]
