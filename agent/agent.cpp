@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,20 +116,38 @@ std::string Agent::marker_path(model::JobId job, int attempt, int rank) const {
 }
 
 void Agent::kill_orphans() {
-  // Ranks an earlier agent process started: nobody watches them any more and the
-  // coordinator has written them off. Kill them, unless the pid was reused since.
+  // Ranks an earlier agent process started: nobody watches them any more, and this
+  // process cannot wait for them. Kill them, unless the pid was reused since, and report
+  // each as ended: a coordinator that did not notice the restart (it took less than
+  // node_timeout) still counts them as running, and fails or requeues their job now.
   std::error_code ec;
   fs::create_directories(config_.spool + "/running", ec);
   for (const auto& entry : fs::directory_iterator(config_.spool + "/running", ec)) {
+    std::string name = entry.path().filename().string();
     std::ifstream in(entry.path());
     pid_t pid = 0;
     std::string start;
     in >> pid >> start;
-    if (pid > 0 && !start.empty() && process_start_time(pid) == start) {
-      spdlog::warn("killing rank process group {} left by an earlier agent ({})", pid, entry.path().filename().string());
+    bool alive = pid > 0 && !start.empty() && process_start_time(pid) == start;
+    if (alive) {
+      spdlog::warn("killing rank process group {} left by an earlier agent ({})", pid, name);
       signal_group(pid, SIGKILL);
     }
     fs::remove(entry.path(), ec);
+    long long job = 0;
+    int attempt = 0;
+    int rank = 0;
+    char rest = 0;
+    if (std::sscanf(name.c_str(), "%lld-%d-%d%c", &job, &attempt, &rank, &rest) != 3 || job <= 0) continue;
+    protocol::RankExited m{job, attempt, rank, 0, 0, "", false};
+    if (alive) {
+      m.signal = SIGKILL;
+      m.reason = "killed by signal 9: left running by an earlier corral-agent process (the agent restarted)";
+    } else {
+      m.exit_code = -1;
+      m.reason = "ended while no corral-agent ran on the node (the agent restarted); exit status unknown";
+    }
+    send(m);  // queued until the coordinator welcomes us
   }
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages corral needs, only those that are missing.
 # Sourced by scripts/test.sh and scripts/demo.sh; safe to run on its own.
+# `corral_install_deps PKG...` installs these packages as well (test.sh adds the test ones).
 set -euo pipefail
 
 CORRAL_PACKAGES=(
@@ -8,13 +9,19 @@ CORRAL_PACKAGES=(
   libboost-dev libssl-dev libyaml-cpp-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libspdlog-dev libcli11-dev
-  iproute2 procps
+  iproute2 procps systemd
+)
+
+# Only the tests need these: the end-to-end DDP test runs PyTorch (CPU build, gloo) with
+# Debian's /usr/bin/python3. Large (~830 MB), so the demo does not install them.
+CORRAL_TEST_PACKAGES=(
+  python3-torch
 )
 
 corral_install_deps() {
   local missing=()
   local pkg
-  for pkg in "${CORRAL_PACKAGES[@]}"; do
+  for pkg in "${CORRAL_PACKAGES[@]}" "$@"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
       missing+=("$pkg")
     fi

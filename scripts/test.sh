@@ -7,7 +7,7 @@ CORRAL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$CORRAL_ROOT/scripts/deps.sh"
 source "$CORRAL_ROOT/scripts/build.sh"
 
-corral_install_deps
+corral_install_deps "${CORRAL_TEST_PACKAGES[@]}"
 corral_build
 cd "$CORRAL_BUILD"
 ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@"

@@ -445,6 +445,18 @@ Capacity Scheduler::build(View view) const {
   return cap;
 }
 
+bool Scheduler::might_start_now(model::JobId id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.state != JobState::Pending) return false;
+  SchedJob& job = it->second;
+  const auto& classes = matching_classes(job);
+  Capacity avail = build(View::Free);
+  if (fits(job.shapes, classes, avail)) return true;
+  std::vector<std::optional<Capacity>> views(4);
+  job.reason = diagnose(job.spec, job.shapes, classes, avail, views);
+  return false;
+}
+
 bool Scheduler::fits(const std::vector<std::pair<int, int>>& shapes, const std::vector<int>& classes,
                      const Capacity& cap) const {
   for (auto [n, g] : shapes) {

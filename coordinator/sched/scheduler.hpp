@@ -116,6 +116,11 @@ class Scheduler {
   // ---- scheduling ----
   // One pass: time limits, then placement in queue order with backfill.
   std::vector<Decision> schedule(TimePoint now);
+  // Whether a pass run now could start pending job `id`: false when the free GPUs of its
+  // classes cannot hold its gang (then its pending reason is set, as a pass would).
+  // After a submission and no other change, false means a pass would start nothing, so
+  // the caller may leave the queue to the next pass that something else brings.
+  bool might_start_now(model::JobId id);
   DryRun dry_run(const model::JobSpec& spec, const std::string& user, TimePoint now) const;
   const PassStats& last_pass() const { return last_pass_; }
   double usage(const std::string& user) const { return fair_share_.usage(user); }

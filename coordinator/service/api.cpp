@@ -167,7 +167,9 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
     respond(json_response(201, Json{{"id", id}}));
   });
-  request_pass();
+  // Every other change asks for its own pass; a job with no room for it now changes
+  // nothing a pass would do, so a long queue is not rescanned for each submission.
+  if (scheduler_.might_start_now(id)) request_pass();
 }
 
 namespace {

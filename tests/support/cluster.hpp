@@ -16,15 +16,32 @@
 
 namespace corral::testing {
 
+// Where a test daemon runs: the address it listens on or advertises, and the argv prefix
+// that puts it there (`ip netns exec NS` for a host in a NetnsLab). By default loopback in
+// the test's own network namespace.
+struct Placement {
+  std::string address = "127.0.0.1";
+  std::vector<std::string> exec_prefix;
+};
+
+inline std::vector<std::string> placed(const Placement& where, std::vector<std::string> argv) {
+  argv.insert(argv.begin(), where.exec_prefix.begin(), where.exec_prefix.end());
+  return argv;
+}
+
 class CoordinatorProcess {
  public:
+  // Nodes not heard from for this long are down (the node_timeout start() configures).
+  static constexpr std::chrono::milliseconds kNodeTimeout{1500};
+
   // `admin` names the first admin (whose token token() is); jobs it submits run as
-  // that Unix user on real agents.
-  explicit CoordinatorProcess(const TempDir& dir, std::string settings = {}, std::string admin = "tester")
+  // that Unix user on real agents. The server certificate names `where.address`.
+  explicit CoordinatorProcess(const TempDir& dir, std::string settings = {}, std::string admin = "tester",
+                              Placement where = {})
       : state_dir_(dir.file("state")), config_(dir.file("coordinator.yaml")), port_file_(dir.file("port")),
-        agents_dir_(dir.file("agents")) {
+        agents_dir_(dir.file("agents")), where_(std::move(where)) {
     auto [rc, out] = run({CORRAL_COORDINATOR_BIN, "init", "--state-dir", state_dir_, "--admin", admin, "--san",
-                          "127.0.0.1", "--san", "localhost"});
+                          where_.address, "--san", "localhost"});
     init_ok_ = rc == 0;
     token_ = out.substr(0, out.find('\n'));
     settings_ = std::move(settings);
@@ -33,19 +50,24 @@ class CoordinatorProcess {
   bool init_ok() const { return init_ok_; }
   const std::string& token() const { return token_; }
   std::string ca() const { return state_dir_ + "/ca.pem"; }
-  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    bool v6 = where_.address.find(':') != std::string::npos;
+    return "https://" + (v6 ? "[" + where_.address + "]" : where_.address) + ":" + std::to_string(port_);
+  }
   int port() const { return port_; }
   Child& process() { return child_; }
 
   // The first start binds a free port; a restart binds the same one, as a real
   // coordinator at a fixed address does, so agents find it again.
   bool start() {
-    std::ofstream(config_) << "listen: 127.0.0.1:" << port_ << "\nstate_dir: " << state_dir_
-                           << "\nheartbeat_interval: 100ms\nnode_timeout: 1500ms\nreconnect_grace: 3s\n"
-                              "kill_grace: 1s\nschedule_interval: 200ms\n"
+    std::ofstream(config_) << "listen: " << where_.address << ":" << port_ << "\nstate_dir: " << state_dir_
+                           << "\nheartbeat_interval: 100ms\nnode_timeout: " << kNodeTimeout.count()
+                           << "ms\nreconnect_grace: 3s\nkill_grace: 1s\nschedule_interval: 200ms\n"
                            << settings_;
     std::filesystem::remove(port_file_);
-    if (!child_.start({CORRAL_COORDINATOR_BIN, "--config", config_, "--port-file", port_file_})) return false;
+    if (!child_.start(placed(where_, {CORRAL_COORDINATOR_BIN, "--config", config_, "--port-file", port_file_}))) {
+      return false;
+    }
     if (!child_.wait_for_line("listening on")) return false;
     std::ifstream in(port_file_);
     in >> port_;
@@ -78,6 +100,7 @@ class CoordinatorProcess {
   std::string config_;
   std::string port_file_;
   std::string agents_dir_;
+  Placement where_;
   std::string settings_;
   std::string token_;
   bool init_ok_ = false;
@@ -86,23 +109,25 @@ class CoordinatorProcess {
 };
 
 #ifdef CORRAL_AGENT_BIN
-// A real corral-agent with a simulated inventory, joined to `coordinator`.
+// A real corral-agent with a simulated inventory, joined to `coordinator`; it runs where
+// `where` says and advertises that address.
 class AgentProcess {
  public:
   AgentProcess(CoordinatorProcess& coordinator, const TempDir& dir, std::string node, std::string sim_file,
-               std::string advertise = "127.0.0.1", std::string ports = "29500-29599")
-      : node_(std::move(node)), config_(dir.file(node_ + ".yaml")), spool_(dir.file("spool-" + node_)) {
+               Placement where = {}, std::string ports = "29500-29599")
+      : node_(std::move(node)), config_(dir.file(node_ + ".yaml")), spool_(dir.file("spool-" + node_)),
+        where_(std::move(where)) {
     std::string certs = coordinator.agent_cert(node_);
     std::ofstream(config_) << "node: " << node_ << "\ncoordinator: " << coordinator.url() << "\nca: " << certs
                            << "/ca.pem\ncert: " << certs << "/" << node_ << ".pem\nkey: " << certs << "/" << node_
-                           << ".key\nspool: " << spool_ << "\nadvertise: " << advertise << "\nports: " << ports
+                           << ".key\nspool: " << spool_ << "\nadvertise: " << where_.address << "\nports: " << ports
                            << "\nsimulate: " << sim_file << "\nallow_root_jobs: true\nworker: " CORRAL_WORKER_BIN
                            << "\nreconnect_max_backoff: 500ms\n";
   }
 
   // Starts the agent; true once the coordinator has welcomed it.
   bool start() {
-    if (!child_.start({CORRAL_AGENT_BIN, "--config", config_})) return false;
+    if (!child_.start(placed(where_, {CORRAL_AGENT_BIN, "--config", config_}))) return false;
     return child_.wait_for_line("welcomed by the coordinator");
   }
   // After the coordinator restarted: true once this agent is welcomed again.
@@ -120,6 +145,7 @@ class AgentProcess {
   std::string node_;
   std::string config_;
   std::string spool_;
+  Placement where_;
   Child child_;
 };
 #endif

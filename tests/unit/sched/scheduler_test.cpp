@@ -401,5 +401,27 @@ TEST_F(SchedulerTest, ProcsPerNodeShapesTheRanksNotThePlacement) {
   EXPECT_EQ(ranks[0].gpus.size(), 4u);
 }
 
+TEST_F(SchedulerTest, MightStartNowIsFalseOnlyWhenAPassWouldNotStartTheJob) {
+  add(node("a").gpus(8, kA100).address("10.1.0.1"));
+  submit(1, job().nodes(1, 8));
+  EXPECT_TRUE(s_.might_start_now(1));
+  ASSERT_EQ(changes(pass()).size(), 1u);  // job 1 holds every GPU
+  submit(2, job().nodes(1, 1));
+  EXPECT_FALSE(s_.might_start_now(2));
+  EXPECT_EQ(reason(2), PendingCode::Resources);  // given as a pass would
+  EXPECT_TRUE(changes(pass()).empty());           // and a pass indeed starts nothing
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksStarted, now_).has_value());
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
+  EXPECT_TRUE(s_.might_start_now(2));  // GPUs free again
+  EXPECT_FALSE(s_.might_start_now(1));  // not pending
+  EXPECT_FALSE(s_.might_start_now(99));
+}
+
+TEST_F(SchedulerTest, MightStartNowWithNoNodeSaysSo) {
+  submit(1, job().nodes(1, 1));
+  EXPECT_FALSE(s_.might_start_now(1));
+  EXPECT_EQ(s_.job(1)->reason.detail, "no node has joined the cluster");
+}
+
 }  // namespace
 }  // namespace corral::sched

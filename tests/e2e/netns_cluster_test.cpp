@@ -1,0 +1,354 @@
+// A corral cluster over several hosts, each its own network namespace: rendezvous at a
+// real non-loopback address, many jobs on mixed GPU classes, a foreign process on a
+// master port, and what the world does to a cluster: a failing rank, a SIGKILLed agent,
+// a SIGKILLed coordinator, a cut network link, cancel and time limits.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <map>
+
+#include "tests/e2e/netns_cluster.hpp"
+
+namespace corral::e2e {
+namespace {
+
+const std::string kTcpCheck = "[" CORRAL_WORKER_BIN ", tcp-check]";
+
+std::string job_spec(const std::string& command, const std::string& resources, const std::string& extra = "") {
+  return "name: e2e\ncommand: " + command + "\nresources: " + resources + "\n" + extra;
+}
+
+std::string two_by_two(const std::string& command, const std::string& extra = "") {
+  return job_spec(command, "{nodes: 2, gpus_per_node: 2}", extra);
+}
+
+// Every rank also leaves a process of its own in its group: teardown must take it too.
+const std::string kSleeper = "\"sleep 300 & exec sleep 300\"";
+
+TEST(NetnsLab, RemovesEverythingItMadeAndWhatADeadLabLeft) {
+  // Names of a lab whose test process died without cleaning up: a pid that is gone.
+  testing::Child gone;
+  ASSERT_TRUE(gone.start({"true"}));
+  std::string dead = std::to_string(gone.pid());
+  gone.wait();
+  std::string stale_ns = testing::NetnsLab::kNamespacePrefix + dead + "-h0";
+  std::string stale_link = testing::NetnsLab::kLinkPrefix + dead + "b";
+  std::vector<std::string> made;
+  {
+    testing::NetnsLab lab(2);
+    if (!lab.ok()) GTEST_SKIP() << "cannot make network namespaces here: " << lab.error();
+  }
+  ASSERT_EQ(testing::run({"ip", "netns", "add", stale_ns}).first, 0);
+  ASSERT_EQ(testing::run({"ip", "link", "add", stale_link, "type", "bridge"}).first, 0);
+  {
+    testing::NetnsLab lab(2);
+    ASSERT_TRUE(lab.ok()) << lab.error();
+    auto namespaces = testing::NetnsLab::namespaces();
+    auto links = testing::NetnsLab::links();
+    EXPECT_EQ(std::count(namespaces.begin(), namespaces.end(), stale_ns), 0);
+    EXPECT_EQ(std::count(links.begin(), links.end(), stale_link), 0);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(std::count(namespaces.begin(), namespaces.end(), lab.host(i).ns), 1);
+      EXPECT_EQ(std::count(links.begin(), links.end(), lab.host(i).link), 1);
+      made.push_back(lab.host(i).ns);
+      made.push_back(lab.host(i).link);
+    }
+    made.push_back(lab.bridge());
+    // Host 1 reaches host 0 over the bridge, and so does the test itself.
+    testing::UniqueFd listener = lab.listen_on(0, 4242);
+    ASSERT_TRUE(listener);
+    auto [rc, out] = testing::run({"ip", "netns", "exec", lab.host(1).ns, "bash", "-c",
+                                   "exec 3<>/dev/tcp/" + lab.host(0).address + "/4242 && echo connected"});
+    EXPECT_EQ(out, "connected\n");
+    testing::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(4242);
+    ::inet_pton(AF_INET, lab.host(0).address.c_str(), &sin.sin_addr);
+    EXPECT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0) << std::strerror(errno);
+  }
+  auto namespaces = testing::NetnsLab::namespaces();
+  auto links = testing::NetnsLab::links();
+  for (const auto& name : made) {
+    EXPECT_EQ(std::count(namespaces.begin(), namespaces.end(), name) + std::count(links.begin(), links.end(), name),
+              0)
+        << name << " is still there";
+  }
+}
+
+TEST_F(NetnsCluster, ATwoNodeTcpCheckRendezvousesAtRankZerosNamespaceAddress) {
+  for (int i = 1; i <= kAgents; ++i) EXPECT_EQ(node(node_name(i))["address"], lab_->host(i).address);
+  model::JobId id = submit(two_by_two(kTcpCheck));
+  Json j = wait_end(id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  ASSERT_EQ(j["ranks"].size(), 4u);
+  std::string master = address_of(j["ranks"][0]["node"]);
+  EXPECT_NE(master, "127.0.0.1");
+  EXPECT_EQ(j["master_addr"], master);
+  std::set<int> ranks;
+  std::set<std::string> hosts;
+  for (int r = 0; r < 4; ++r) {
+    Json line = rank_line(id, r);
+    EXPECT_EQ(line["ok"], true) << line.dump();
+    EXPECT_EQ(line["world_size"], 4);
+    EXPECT_EQ(line["master_addr"], master);
+    EXPECT_EQ(line["master_port"], j["master_port"]);
+    EXPECT_EQ(line["sum"], 1 + 2 + 3 + 4);  // each rank adds RANK + 1: all four met at the master
+    ranks.insert(line["rank"].get<int>());
+    hosts.insert(j["ranks"][r]["node"].get<std::string>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(hosts.size(), 2u);
+}
+
+// Three nodes whose GPU groups differ from one another in one thing each: the product
+// (node1), the memory (node2) or the driver (node3's A100s and H100s against node1's).
+class MixedClasses : public NetnsCluster {
+ protected:
+  std::vector<std::string> inventories() const override {
+    return {
+        "driver: \"550.54.15\"\ncuda: \"12.4\"\ngpus:\n"
+        "  - {name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}\n"
+        "  - {name: \"NVIDIA H100 80GB HBM3\", memory_mb: 81920, count: 2, nvlink: true}\n",
+        "driver: \"550.54.15\"\ncuda: \"12.4\"\ngpus:\n"
+        "  - {name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}\n"
+        "  - {name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 40960, count: 2, nvlink: true}\n",
+        "driver: \"535.104.05\"\ncuda: \"12.2\"\ngpus:\n"
+        "  - {name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}\n"
+        "  - {name: \"NVIDIA H100 80GB HBM3\", memory_mb: 81920, count: 2, nvlink: true}\n",
+    };
+  }
+};
+
+TEST_F(MixedClasses, ManyJobsAtOnceNeverMixClassesNorShareAGpuOrPortAndAllComplete) {
+  // No node has four GPUs of one class: a job that needs four on one node could only mix.
+  auto four = call("POST", "/v1/jobs",
+                   Json{{"spec", job_spec(kTcpCheck, "{gpus_per_node: 4}")}, {"file", "job.yaml"}}.dump());
+  EXPECT_EQ(four.status, 422) << four.body;
+
+  const std::string command = "\"sleep 0.3 && exec " CORRAL_WORKER_BIN " tcp-check\"";
+  std::vector<model::JobId> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(submit(job_spec(command, "{nodes: 2, gpus_per_node: 2}")));
+    ids.push_back(submit(job_spec(command, "{nodes: 2, gpus_per_node: 1}")));
+    ids.push_back(submit(job_spec(command, "{gpus_per_node: 2}")));
+    ids.push_back(submit(job_spec(command, "{gpus: 2}")));
+    ids.push_back(submit(job_spec(command, "{gpus_per_node: 1}")));
+  }
+  std::vector<Json> done;
+  for (model::JobId id : ids) {
+    done.push_back(wait_end(id, 60));
+    EXPECT_EQ(done.back()["state"], "COMPLETED") << done.back().dump(2);
+  }
+
+  // Each GPU's class as the agents reported it: (product, memory, driver).
+  std::map<std::string, std::string> class_of;
+  std::map<std::string, std::string> node_of;
+  for (const auto& n : nodes()) {
+    for (const auto& g : n["gpus"]) {
+      class_of[g["uuid"]] = g["name"].get<std::string>() + "/" + std::to_string(g["memory_mib"].get<int>()) + "/" +
+                            g["driver"].get<std::string>();
+      node_of[g["uuid"]] = n["name"];
+    }
+  }
+  ASSERT_EQ(class_of.size(), 12u);
+  std::vector<std::set<std::string>> gpus(done.size());
+  for (std::size_t k = 0; k < done.size(); ++k) {
+    const Json& j = done[k];
+    std::set<std::string> classes;
+    for (const auto& r : j["ranks"]) {
+      for (const auto& uuid : r["gpu_uuids"]) {
+        ASSERT_TRUE(class_of.contains(uuid)) << uuid;
+        EXPECT_EQ(node_of[uuid], r["node"]) << "job " << j["id"] << " rank " << r["rank"];
+        classes.insert(class_of[uuid]);
+        gpus[k].insert(uuid);
+      }
+    }
+    EXPECT_EQ(classes.size(), 1u) << "job " << j["id"] << " mixes GPU classes: " << j.dump();
+    EXPECT_EQ(gpus[k].size(), j["gpus"].get<std::size_t>()) << j.dump();
+    EXPECT_EQ(j["master_addr"], address_of(j["ranks"][0]["node"]));
+  }
+  // Jobs that ran at the same time held different GPUs and master ports. Times are
+  // RFC 3339 with milliseconds, so they compare as strings.
+  int overlapping = 0;
+  for (std::size_t a = 0; a < done.size(); ++a) {
+    for (std::size_t b = a + 1; b < done.size(); ++b) {
+      const Json& x = done[a];
+      const Json& y = done[b];
+      if (!(x["started_at"] < y["ended_at"] && y["started_at"] < x["ended_at"])) continue;
+      ++overlapping;
+      for (const auto& uuid : gpus[a]) {
+        EXPECT_FALSE(gpus[b].contains(uuid)) << "jobs " << x["id"] << " and " << y["id"] << " both held " << uuid;
+      }
+      EXPECT_FALSE(x["master_addr"] == y["master_addr"] && x["master_port"] == y["master_port"])
+          << "jobs " << x["id"] << " and " << y["id"] << " both held " << x["master_addr"] << ":" << x["master_port"];
+    }
+  }
+  EXPECT_GT(overlapping, 0) << "no two jobs ran at once: nothing was checked";
+  EXPECT_TRUE(parse(call("GET", "/v1/jobs").body).empty());
+}
+
+TEST_F(NetnsCluster, JobsStartOnOtherPortsWhileAForeignProcessHoldsTheFirst) {
+  constexpr int kFirstPort = 29500;  // the first of the agents' range
+  std::vector<testing::UniqueFd> foreign;
+  for (int i = 1; i <= kAgents; ++i) {
+    foreign.push_back(lab_->listen_on(i, kFirstPort));
+    ASSERT_TRUE(foreign.back()) << "cannot listen on " << lab_->host(i).address << ":" << kFirstPort;
+  }
+  std::vector<model::JobId> ids = {submit(two_by_two(kTcpCheck)), submit(job_spec(kTcpCheck, "{gpus_per_node: 2}")),
+                                   submit(two_by_two(kTcpCheck)), submit(job_spec(kTcpCheck, "{gpus_per_node: 2}"))};
+  bool told = false;
+  for (model::JobId id : ids) {
+    Json j = wait_end(id);
+    EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
+    EXPECT_NE(j["master_port"], kFirstPort);
+    EXPECT_GE(j["master_port"].get<int>(), kFirstPort);
+    for (const auto& e : job(id)["events"]) told = told || e["text"].get<std::string>().find("in use outside") != std::string::npos;
+  }
+  EXPECT_TRUE(told) << "no job's events say the port was found busy";
+  // The foreign listener still holds its port: corral never took it over.
+  for (int i = 1; i <= kAgents; ++i) {
+    testing::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(kFirstPort);
+    ::inet_pton(AF_INET, lab_->host(i).address.c_str(), &sin.sin_addr);
+    EXPECT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0) << std::strerror(errno);
+  }
+}
+
+TEST_F(NetnsCluster, AFailingRankFailsTheJobNamingItAndLeavesNoProcessOnAnyHost) {
+  std::string go = dir_.file("go");
+  model::JobId id = submit(two_by_two("\"sleep 300 & if [ $RANK = 3 ]; then while [ ! -e " + go +
+                                      " ]; do sleep 0.05; done; exit 7; fi; exec sleep 300\""));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json before = job(id);
+  std::vector<int> ranks = pids(before);
+  ASSERT_EQ(ranks.size(), 4u);
+  EXPECT_EQ(job_processes(id).size(), 8u);  // each rank and its background sleep
+  std::ofstream(go) << "go\n";
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["failed_rank"], 3);
+  EXPECT_EQ(j["failed_node"], before["ranks"][3]["node"]);
+  EXPECT_EQ(j["exit_code"], 7);
+  EXPECT_EQ(left_running(id, ranks), "");
+}
+
+TEST_F(NetnsCluster, ASigkilledAgentsNodeGoesDownAndItsJobEndsNodeFailWithinTheTimeout) {
+  model::JobId id = submit(two_by_two(kSleeper));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json before = job(id);
+  std::string lost = before["ranks"][2]["node"];
+  std::string kept = before["ranks"][0]["node"];
+  auto killed_at = std::chrono::steady_clock::now();
+  agent(lost).kill9();
+  Json j = wait_end(id);
+  auto took = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
+  EXPECT_LT(took, kNodeTimeout + 1s);
+  Json n = node(lost);
+  EXPECT_EQ(n["state"], "down");
+  EXPECT_EQ(n["connected"], false);
+  EXPECT_EQ(node(kept)["state"], "up");
+  // The live node was told to kill its ranks; the lost node's live on, orphans of a dead
+  // agent...
+  EXPECT_TRUE(all_gone(pids_on(before, kept)));
+  std::vector<int> orphans = pids_on(before, lost);
+  EXPECT_TRUE(std::all_of(orphans.begin(), orphans.end(), running));
+  // ...until an agent starts there again and kills what its spool says the last one left.
+  ASSERT_TRUE(agent(lost).start());
+  EXPECT_EQ(left_running(id, pids(before)), "");
+  EXPECT_TRUE(eventually([&] { return node(lost)["state"] == "up"; }, 5s));
+}
+
+TEST_F(NetnsCluster, AJobWithARetryRunsAgainOnTheNodesLeftAfterOneIsLost) {
+  model::JobId id = submit(two_by_two("\"if [ $CORRAL_ATTEMPT = 0 ]; then exec sleep 300; fi; exec " CORRAL_WORKER_BIN
+                                      " tcp-check\"",
+                                      "retries: 1\n"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json first = job(id);
+  EXPECT_EQ(first["attempt"], 0);
+  std::string lost = first["ranks"][2]["node"];
+  agent(lost).kill9();
+  Json j = wait_end(id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_EQ(j["attempt"], 1);
+  for (const auto& name : j["node_list"]) EXPECT_NE(name, lost);
+  std::string master = address_of(j["ranks"][0]["node"]);
+  EXPECT_EQ(j["master_addr"], master);
+  for (int r = 0; r < 4; ++r) {
+    Json line = rank_line(id, r);
+    EXPECT_EQ(line["ok"], true) << line.dump();
+    EXPECT_EQ(line["attempt"], 1);
+    EXPECT_EQ(line["master_addr"], master);
+  }
+  // The first attempt's ranks on the node that stayed were torn down.
+  EXPECT_TRUE(all_gone(pids_on(first, first["ranks"][0]["node"])));
+}
+
+TEST_F(NetnsCluster, AJobRunningWhenTheCoordinatorIsKilledCompletesAfterItsRestart) {
+  std::string go = dir_.file("go");
+  model::JobId id =
+      submit(two_by_two("\"while [ ! -e " + go + " ]; do sleep 0.05; done; exec " CORRAL_WORKER_BIN " tcp-check\""));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::set<model::JobId> acknowledged = {id};
+  for (int i = 0; i < 5; ++i) acknowledged.insert(submit(two_by_two(kTcpCheck)));
+  coord_->kill9();
+  ASSERT_TRUE(coord_->start());
+  http_ = coord_->client(70s);
+  for (auto& a : agents_) ASSERT_TRUE(a->rejoined());
+  std::set<model::JobId> listed;
+  for (const auto& j : parse(call("GET", "/v1/jobs?all=1").body)) listed.insert(j["id"].get<model::JobId>());
+  EXPECT_EQ(listed, acknowledged);
+  EXPECT_EQ(job(id)["state"], "RUNNING");
+  std::ofstream(go) << "go\n";
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_EQ(j["attempt"], 0);
+  EXPECT_EQ(rank_line(id, 3)["sum"], 1 + 2 + 3 + 4);
+  for (model::JobId q : acknowledged) EXPECT_EQ(wait_end(q)["state"], "COMPLETED") << q;
+}
+
+TEST_F(NetnsCluster, ACutLinkLosesTheNodeAndWhenItReturnsTheAgentRejoinsAndKillsItsOrphans) {
+  model::JobId id = submit(two_by_two(kSleeper));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json before = job(id);
+  std::string cut = before["ranks"][2]["node"];
+  std::string kept = before["ranks"][0]["node"];
+  auto cut_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(lab_->cut(host_of(cut)));
+  Json j = wait_end(id);
+  auto took = std::chrono::steady_clock::now() - cut_at;
+  EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
+  EXPECT_LT(took, kNodeTimeout + 1s);
+  EXPECT_EQ(node(cut)["state"], "down");
+  EXPECT_TRUE(all_gone(pids_on(before, kept)));
+  // Nobody could tell the cut-off host: its ranks still run.
+  std::vector<int> orphans = pids_on(before, cut);
+  EXPECT_TRUE(std::all_of(orphans.begin(), orphans.end(), running));
+  ASSERT_TRUE(lab_->restore(host_of(cut)));
+  EXPECT_TRUE(eventually([&] { return node(cut)["state"] == "up"; }, 30s)) << node(cut).dump();
+  EXPECT_EQ(left_running(id, pids(before)), "");
+}
+
+TEST_F(NetnsCluster, CancelAndTimeLimitEndJobsWithNothingLeftRunning) {
+  model::JobId cancelled = submit(two_by_two(kSleeper));
+  ASSERT_TRUE(reaches(cancelled, "RUNNING"));
+  std::vector<int> ranks = pids(job(cancelled));
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(cancelled) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(cancelled)["state"], "CANCELLED");
+  EXPECT_EQ(left_running(cancelled, ranks), "");
+
+  model::JobId limited = submit(two_by_two(kSleeper, "time_limit: 1s\n"));
+  ASSERT_TRUE(reaches(limited, "RUNNING"));
+  ranks = pids(job(limited));
+  Json j = wait_end(limited);
+  EXPECT_EQ(j["state"], "TIMEOUT");
+  EXPECT_EQ(left_running(limited, ranks), "");
+}
+
+}  // namespace
+}  // namespace corral::e2e
