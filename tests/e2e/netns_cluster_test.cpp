@@ -205,7 +205,8 @@ TEST_F(NetnsCluster, JobsStartOnOtherPortsWhileAForeignProcessHoldsTheFirst) {
     EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
     EXPECT_NE(j["master_port"], kFirstPort);
     EXPECT_GE(j["master_port"].get<int>(), kFirstPort);
-    for (const auto& e : job(id)["events"]) told = told || e["text"].get<std::string>().find("in use outside") != std::string::npos;
+    Json events = job(id)["events"];
+    for (const auto& e : events) told = told || e["text"].get<std::string>().find("in use outside") != std::string::npos;
   }
   EXPECT_TRUE(told) << "no job's events say the port was found busy";
   // The foreign listener still holds its port: corral never took it over.
@@ -227,7 +228,7 @@ TEST_F(NetnsCluster, AFailingRankFailsTheJobNamingItAndLeavesNoProcessOnAnyHost)
   Json before = job(id);
   std::vector<int> ranks = pids(before);
   ASSERT_EQ(ranks.size(), 4u);
-  EXPECT_EQ(job_processes(id).size(), 8u);  // each rank and its background sleep
+  EXPECT_GE(job_processes(id).size(), 8u);  // each rank and its background sleep
   std::ofstream(go) << "go\n";
   Json j = wait_end(id);
   EXPECT_EQ(j["state"], "FAILED");

@@ -254,5 +254,36 @@ TEST_F(AgentClusterTest, AWaitIsAnsweredWhenTheJobEndsAndBadWaitsAreRefused) {
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 10s);  // answered at the end, not at 60 s
 }
 
+TEST_F(AgentClusterTest, AnAgentRestartedWithinNodeTimeoutEndsTheJobsOfTheRanksItsPredecessorLeft) {
+  // `systemctl restart corral-agent`, or a crash and Restart=on-failure: the agent is
+  // back before the coordinator sees the node down. The new agent kills the ranks the old
+  // one left, so it must say so, or the job would stay RUNNING with no rank alive.
+  model::JobId id = submit(two_node("[sleep, '300']"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::vector<int> running = pids(job(id));
+  ASSERT_EQ(running.size(), 4u);
+  b_->stop();
+  EXPECT_TRUE(process_alive(running[2]));
+  ASSERT_TRUE(b_->start());
+  Json j = wait_end(id);
+  // FAILED when the agent was back within node_timeout (the case at stake), NODE_FAIL
+  // when a slow machine took longer; either way the job ended and nothing is left.
+  EXPECT_TRUE(j["state"] == "FAILED" || j["state"] == "NODE_FAIL") << j.dump(2);
+  if (j["state"] == "FAILED") {
+    EXPECT_EQ(j["failed_node"], "gpu-b");
+    EXPECT_EQ(j["reason"], "RankFailed");
+  }
+  // Each rank's report is recorded as it comes, the last maybe after the job ended.
+  EXPECT_TRUE(eventually(
+      [&] {
+        Json now = job(id);
+        return std::all_of(now["ranks"].begin(), now["ranks"].end(),
+                           [](const Json& r) { return r["node"] != "gpu-b" || r["signal"] == SIGKILL; });
+      },
+      5s))
+      << job(id).dump(2);
+  EXPECT_TRUE(all_gone(running));
+}
+
 }  // namespace
 }  // namespace corral

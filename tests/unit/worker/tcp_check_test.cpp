@@ -218,12 +218,13 @@ TEST(TcpCheck, WithoutRankZeroTheOthersTimeOut) {
 
 TEST(TcpCheck, RankZeroNamesTheRanksThatNeverCame) {
   Job job{.world = 3, .nnodes = 3, .port = free_port()};
-  auto root = start(job.rank(0), "1");
+  // Long enough for rank 1 to arrive on a busy machine; rank 2 never does.
+  auto root = start(job.rank(0), "3");
   ASSERT_TRUE(root->wait_for("listening on", true));
-  auto r1 = start(job.rank(1), "1");
+  auto r1 = start(job.rank(1), "3");
   Finished r = root->finish();
   EXPECT_EQ(r.exit_code, 4);
-  EXPECT_NE(r.err.find("timed out after 1s at " + where(job) + " waiting for rank 2 (2 of 3 arrived)"),
+  EXPECT_NE(r.err.find("timed out after 3s at " + where(job) + " waiting for rank 2 (2 of 3 arrived)"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(r1->finish().exit_code, 4);
