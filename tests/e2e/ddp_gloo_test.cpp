@@ -123,5 +123,23 @@ TEST_F(DdpGloo, TheExampleJobTrainsOnTwoHostsAndEveryRankEndsWithTheSameParamete
   EXPECT_EQ(sums.size(), 1u) << "ranks ended with different parameters";
 }
 
+// The control: the same job with gloo told to use loopback, which is where it goes on its
+// own when the hostname resolves to 127.0.0.1. Ranks on the other host cannot reach it.
+TEST_F(DdpGloo, WithGlooOnLoopbackTheSameJobCannotFormItsGroup) {
+  std::string file = dir_.file("ddp-gloo-lo.yaml");
+  std::string example = read_file(kExamples + "/ddp-gloo.yaml");
+  example.replace(example.find("time_limit: 10m"), std::string("time_limit: 10m").size(), "time_limit: 15s");
+  example.replace(example.find("env:\n"), 5, "env:\n  GLOO_SOCKET_IFNAME: lo\n");
+  std::ofstream(file) << example << "\nworkdir: " << kExamples << "\n";
+  auto [submitted, out] = cli({"submit", file, "--json"});
+  ASSERT_EQ(submitted, 0) << out;
+  std::string id = std::to_string(parse(out)["id"].get<model::JobId>());
+  auto [waited, end] = cli({"wait", id, "--timeout", "60", "--json"});
+  Json j = parse(cli({"show", id, "--json"}).second);
+  std::cerr << j.dump(2) << "\n";
+  for (int r = 0; r < 4; ++r) std::cerr << "rank " << r << ":\n" << cli({"logs", id, "--rank", std::to_string(r)}).second;
+  EXPECT_NE(waited, 0);
+}
+
 }  // namespace
 }  // namespace corral::e2e
