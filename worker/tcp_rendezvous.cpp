@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/core/fd.hpp"
 #include "common/core/strings.hpp"
 #include "worker/rendezvous_wire.hpp"
 
@@ -35,32 +36,7 @@ constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 // client cannot exhaust rank 0's descriptors; the oldest is dropped first.
 constexpr std::size_t kMaxPendingExtra = 64;
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Fd = UniqueFd;
 
 int ms_left(Deadline deadline) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();

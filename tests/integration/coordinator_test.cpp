@@ -107,6 +107,20 @@ class CoordinatorTest : public ::testing::Test {
     return Launched{*prepare, *la, *lb};
   }
 
+  // Both agents join; the two-node job launches and all four ranks report started.
+  void start_ranks(ScriptedAgent& a, ScriptedAgent& b, model::JobId& id) {
+    ASSERT_TRUE(a.connect());
+    ASSERT_TRUE(b.connect());
+    ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+    for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  }
+
+  void restart_after_sigkill() {
+    coord_.kill9();
+    ASSERT_TRUE(coord_.start());
+    http_ = coord_.client();
+  }
+
   testing::TempDir dir_;
   CoordinatorProcess coord_{dir_};
   std::string certs_;
@@ -154,11 +168,8 @@ TEST_F(CoordinatorTest, RunsATwoNodeJobFromSubmitToCompleted) {
 TEST_F(CoordinatorTest, AFailingRankTearsTheGangDownEverywhere) {
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
-  ASSERT_TRUE(a.connect());
-  ASSERT_TRUE(b.connect());
   model::JobId id = 0;
-  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
-  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
   b.send(protocol::RankExited{id, 0, 3, 7, 0, "exited with code 7", false});
   auto ka = a.expect<protocol::Kill>();
   auto kb = b.expect<protocol::Kill>();
@@ -175,11 +186,8 @@ TEST_F(CoordinatorTest, AFailingRankTearsTheGangDownEverywhere) {
 TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
-  ASSERT_TRUE(a.connect());
-  ASSERT_TRUE(b.connect());
   model::JobId id = 0;
-  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
-  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
   b.heartbeats = false;  // gpu-b goes silent but keeps its connection
   auto started = std::chrono::steady_clock::now();
   auto kill = a.expect<protocol::Kill>(5s);
@@ -196,17 +204,12 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
 TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedSubmit) {
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
-  ASSERT_TRUE(a.connect());
-  ASSERT_TRUE(b.connect());
   model::JobId id = 0;
-  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
-  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
   ASSERT_TRUE(reaches(id, "RUNNING"));
   std::vector<model::JobId> queued;
   for (int i = 0; i < 20; ++i) queued.push_back(submit(kTwoNodeJob));
-  coord_.kill9();
-  ASSERT_TRUE(coord_.start());
-  http_ = coord_.client();
+  ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
   // Agents come back and report what still runs.
   auto ha = hello_for("gpu-a", "10.0.0.1", 2);
   ha.running = {{id, 0, 0, 1000}, {id, 0, 1, 1001}};
@@ -231,15 +234,10 @@ TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedS
 TEST_F(CoordinatorTest, AJobWhoseRanksAreGoneAfterARestartIsNodeFail) {
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
-  ASSERT_TRUE(a.connect());
-  ASSERT_TRUE(b.connect());
   model::JobId id = 0;
-  ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
-  for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
   ASSERT_TRUE(reaches(id, "RUNNING"));
-  coord_.kill9();
-  ASSERT_TRUE(coord_.start());
-  http_ = coord_.client();
+  ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
   auto ha = hello_for("gpu-a", "10.0.0.1", 2);
   ha.running = {{id, 0, 0, 1000}, {id, 0, 1, 1001}};
   ScriptedAgent a2(coord_.url(), certs_, ha);
