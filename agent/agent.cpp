@@ -517,6 +517,9 @@ void Agent::kill_job(const Key& key, Duration grace) {
     finish_kill(key);
     return;
   }
+  // No grace: SIGKILL went out already, and each rank's reaping finishes the kill. A timer
+  // would only report that ranks "ignored SIGTERM" that was never sent.
+  if (grace.count() <= 0) return;
   job.kill_timer = std::make_unique<net::Timer>(loop_);
   job.kill_timer->start(grace, [this, key] {
     auto j = jobs_.find(key);

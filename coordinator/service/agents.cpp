@@ -84,6 +84,25 @@ void Coordinator::node_changed(const model::Node& node, const std::vector<sched:
   request_pass();
 }
 
+// The node's agent is gone: the node is down and its jobs are lost. An admin's drain
+// outlives that (maintenance often means stopping the agent or rebooting the node): the
+// node stays drained with the admin's reason, its agent not connected, until resumed.
+void Coordinator::node_lost(const std::string& name, const std::string& reason, TimePoint now) {
+  const model::Node* node = scheduler_.node(name);
+  if (node == nullptr) return;
+  links_[name].lost = true;
+  spdlog::warn("node {} is lost: {}", name, reason);
+  bool admin_drained = node->state == model::NodeState::Drained && node->reason.rfind("preflight: ", 0) != 0;
+  std::string drain_reason = node->reason;
+  auto r = scheduler_.set_node_state(name, model::NodeState::Down, reason, now);
+  if (!r) return;
+  if (admin_drained) {
+    auto kept = scheduler_.set_node_state(name, model::NodeState::Drained, drain_reason, now);
+    if (kept) r->insert(r->end(), kept->begin(), kept->end());
+  }
+  node_changed(*scheduler_.node(name), *r);
+}
+
 void Coordinator::on_hello(const std::shared_ptr<net::WsConnection>& conn, protocol::Hello hello) {
   const std::string& name = conn->peer_cn();
   if (hello.node != name) {
@@ -104,6 +123,7 @@ void Coordinator::on_hello(const std::shared_ptr<net::WsConnection>& conn, proto
   link.driver = hello.driver;
   link.cuda = hello.cuda;
   link.reported = hello.running;
+  link.lost = false;
 
   model::Node node;
   node.name = name;

@@ -310,13 +310,11 @@ void Coordinator::tick() {
     // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
     for (auto& [name, link] : links_) {
       const auto* node = scheduler_.node(name);
-      if (node == nullptr || node->state == model::NodeState::Down) continue;
+      if (node == nullptr || node->state == model::NodeState::Down || link.lost) continue;
       if (now - link.last_seen > config_.node_timeout) {
         std::string reason = link.connected ? "no heartbeat for " + format_duration(now - link.last_seen)
                                             : "agent disconnected";
-        spdlog::warn("node {} is down: {}", name, reason);
-        auto r = scheduler_.set_node_state(name, model::NodeState::Down, reason, now);
-        if (r) node_changed(*scheduler_.node(name), *r);
+        node_lost(name, reason, now);
         if (link.conn) link.conn->close("node timed out");
       }
     }
@@ -389,9 +387,8 @@ void Coordinator::end_grace() {
   lose_unreported_ranks();
   for (auto& [name, link] : links_) {
     const auto* node = scheduler_.node(name);
-    if (!link.connected && node != nullptr && node->state != model::NodeState::Down) {
-      auto r = scheduler_.set_node_state(name, model::NodeState::Down, "agent did not reconnect after restart", now);
-      if (r) node_changed(*scheduler_.node(name), *r);
+    if (!link.connected && !link.lost && node != nullptr && node->state != model::NodeState::Down) {
+      node_lost(name, "agent did not reconnect after restart", now);
     }
   }
   for (auto& [name, link] : links_) {

@@ -62,6 +62,7 @@ class Coordinator final : public net::ServerHandler {
     std::string driver;
     model::CudaVersion cuda;
     std::vector<protocol::RunningRank> reported;  // from its last Hello
+    bool lost = false;                            // declared gone (its jobs lost) since its last Hello
   };
   // A job that is not over (or only just over), with its spec parsed.
   struct Job {
@@ -106,6 +107,7 @@ class Coordinator final : public net::ServerHandler {
   void on_log_data(const std::string& node, const protocol::LogData& m);
   void reconcile(const std::string& node);
   void node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions);
+  void node_lost(const std::string& name, const std::string& reason, TimePoint now);
 
   // ---- HTTP (api.cpp)
   struct Caller {

@@ -285,5 +285,47 @@ TEST_F(AgentClusterTest, AnAgentRestartedWithinNodeTimeoutEndsTheJobsOfTheRanksI
   EXPECT_TRUE(all_gone(running));
 }
 
+TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinatorRestarting) {
+  // Maintenance: drain, stop the agent (or reboot), start it again. The node must come
+  // back drained, not up, whatever the coordinator saw meanwhile.
+  auto node_b = [&] { return Json::parse(call("GET", "/v1/nodes").body)[1]; };
+  model::JobId id = submit(two_node("[sleep, '300']"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  ASSERT_EQ(call("POST", "/v1/nodes/gpu-b/drain", R"({"reason": "new PSU"})").status, 200);
+  b_->stop();
+  // node_timeout passes: the job is lost with the node, and the drain stays.
+  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");
+  Json b = node_b();
+  EXPECT_EQ(b["state"], "drained") << b.dump();
+  EXPECT_EQ(b["reason"], "new PSU");
+  EXPECT_EQ(b["connected"], false);
+  ASSERT_TRUE(b_->start());
+  b = node_b();
+  EXPECT_EQ(b["state"], "drained") << b.dump();
+  EXPECT_EQ(b["connected"], true);
+
+  // A coordinator restart with a job running on gpu-a: the grace ends when gpu-a is
+  // back; gpu-b's agent, away, is lost then, and gpu-b stays drained.
+  model::JobId one = submit("name: one\ncommand: [sleep, '300']\nresources: {gpus_per_node: 2}\n");
+  ASSERT_TRUE(reaches(one, "RUNNING"));
+  b_->stop();
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client(70s);
+  ASSERT_TRUE(a_->rejoined());
+  EXPECT_TRUE(eventually([&] { return node_b()["connected"] == false && job(one)["state"] == "RUNNING"; }, 5s))
+      << node_b().dump() << "\n" << job(one).dump(2);
+  // The grace ends and gpu-b, still away, is lost.
+  ASSERT_TRUE(coord_.process().wait_for_line("node gpu-b is lost"));
+  b = node_b();
+  EXPECT_EQ(b["state"], "drained") << b.dump();
+  EXPECT_EQ(b["reason"], "new PSU");
+  ASSERT_TRUE(b_->start());
+  EXPECT_EQ(node_b()["state"], "drained");
+  EXPECT_EQ(call("POST", "/v1/nodes/gpu-b/resume").status, 200);
+  EXPECT_EQ(node_b()["state"], "up");
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(one) + "/cancel").status, 200);
+}
+
 }  // namespace
 }  // namespace corral
