@@ -367,12 +367,15 @@ std::string Scheduler::describe(const SchedJob& job, const JobChange& change) co
     text += " (attempt " + std::to_string(job.attempt) + ")";
   }
   const auto& info = change.info;
+  std::string exited;
+  if (info.exit_code) exited = "exited with code " + std::to_string(*info.exit_code);
   if (info.rank) {
     text += ": rank " + std::to_string(*info.rank);
     if (!info.node.empty()) text += " on " + info.node;
-    if (info.exit_code) text += " exited with code " + std::to_string(*info.exit_code);
+    if (!exited.empty()) text += " " + exited;
   }
-  if (!info.message.empty()) text += (info.rank ? "; " : ": ") + info.message;
+  // The agent's own words, unless they only say the exit code again.
+  if (!info.message.empty() && info.message != exited) text += (info.rank ? "; " : ": ") + info.message;
   if (change.event == JobEvent::TimeLimit && job.spec.time_limit) {
     text += ": time limit " + format_duration(*job.spec.time_limit) + " reached";
   }

@@ -6,24 +6,29 @@
 // itself talks to the coordinator over HTTPS through the bridge. Everything runs on the
 // test's thread; daemons are real processes, killed and the lab removed when a test ends.
 
-#include <dirent.h>
-#include <gtest/gtest.h>
-#include <pwd.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "common/model/job.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/netns.hpp"
 
 namespace corral::e2e {
@@ -31,32 +36,9 @@ namespace corral::e2e {
 using namespace std::chrono_literals;
 using Json = nlohmann::json;
 
-inline std::string current_user() {
-  const passwd* pw = ::getpwuid(::geteuid());
-  return pw != nullptr ? pw->pw_name : "root";
-}
-
-// The process runs (exists and is not a zombie waiting to be reaped).
-inline bool running(int pid) {
-  if (pid <= 0) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return false;
-  auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
-
-// Polls `pred` until it holds or `timeout` passes. Only for what has no event to wait on:
-// a process gone from /proc, a node's state.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
+using testing::current_user;
+using testing::eventually;
+using testing::running;
 
 class NetnsCluster : public ::testing::Test {
  protected:
@@ -65,16 +47,17 @@ class NetnsCluster : public ::testing::Test {
 
   // One simulated inventory (YAML) per agent. By default every node has two GPUs of one class.
   virtual std::vector<std::string> inventories() const {
-    std::string two_a100 = "driver: \"550.54.15\"\ncuda: \"12.4\"\n"
-                           "gpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n";
+    std::string two_a100 =
+        "driver: \"550.54.15\"\ncuda: \"12.4\"\n"
+        "gpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n";
     return std::vector<std::string>(kAgents, two_a100);
   }
 
   void SetUp() override {
     lab_ = std::make_unique<testing::NetnsLab>(1 + kAgents);
     if (!lab_->ok()) GTEST_SKIP() << "cannot make network namespaces here: " << lab_->error();
-    coord_ = std::make_unique<testing::CoordinatorProcess>(dir_, "", current_user(),
-                                                           testing::Placement{lab_->host(0).address, lab_->exec(0)});
+    coord_ = std::make_unique<testing::CoordinatorProcess>(
+        dir_, "", current_user(), testing::Placement{lab_->host(0).address, lab_->exec(0)});
     ASSERT_TRUE(coord_->init_ok());
     ASSERT_TRUE(coord_->start());
     http_ = coord_->client(70s);
@@ -95,7 +78,9 @@ class NetnsCluster : public ::testing::Test {
       for (const auto& line : coord_->process().lines()) std::cerr << "coordinator: " << line << "\n";
     }
     for (std::size_t i = 0; i < agents_.size(); ++i) {
-      for (const auto& line : agents_[i]->process().lines()) std::cerr << "node" << i + 1 << ": " << line << "\n";
+      for (const auto& line : agents_[i]->process().lines()) {
+        std::cerr << "node" << i + 1 << ": " << line << "\n";
+      }
     }
   }
 
@@ -134,6 +119,25 @@ class NetnsCluster : public ::testing::Test {
   // A job reaching RUNNING is no end: nothing to long-poll, so poll.
   bool reaches(model::JobId id, const std::string& state, std::chrono::milliseconds timeout = 15s) {
     return eventually([&] { return job(id)["state"] == state; }, timeout);
+  }
+
+  // When the first of the job's events whose text starts with `prefix` happened.
+  static std::optional<std::chrono::system_clock::time_point> event_time(const Json& j,
+                                                                         const std::string& prefix) {
+    for (const auto& e : j["events"]) {
+      if (!e["text"].get<std::string>().starts_with(prefix)) continue;
+      std::tm tm{};
+      int millis = 0;
+      // "2026-12-02T10:00:00.123Z"
+      if (std::sscanf(e["at"].get<std::string>().c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon,
+                      &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &millis) != 7) {
+        return std::nullopt;
+      }
+      tm.tm_year -= 1900;
+      tm.tm_mon -= 1;
+      return std::chrono::system_clock::from_time_t(::timegm(&tm)) + std::chrono::milliseconds(millis);
+    }
+    return std::nullopt;
   }
 
   Json nodes() { return parse(call("GET", "/v1/nodes").body); }
@@ -189,7 +193,7 @@ class NetnsCluster : public ::testing::Test {
     while (const dirent* e = ::readdir(proc)) {
       int pid = std::atoi(e->d_name);
       if (pid <= 0) continue;
-      struct stat ns{};
+      struct stat ns {};
       std::string base = std::string("/proc/") + e->d_name;
       if (::stat((base + "/ns/net").c_str(), &ns) != 0 || !lab.contains(ns.st_ino)) continue;
       std::ifstream in(base + "/environ", std::ios::binary);
@@ -210,7 +214,8 @@ class NetnsCluster : public ::testing::Test {
 
   // What of the job still runs once `timeout` has passed: "" when no rank of it and nothing
   // a rank started runs any more, on any host.
-  std::string left_running(model::JobId id, const std::vector<int>& ranks, std::chrono::milliseconds timeout = 5s) {
+  std::string left_running(model::JobId id, const std::vector<int>& ranks,
+                           std::chrono::milliseconds timeout = 5s) {
     auto left = [&] {
       std::set<int> all(ranks.begin(), ranks.end());
       std::erase_if(all, [](int pid) { return !running(pid); });

@@ -14,6 +14,7 @@
 
 #include "common/model/job.hpp"
 #include "tests/support/cluster.hpp"
+#include "tests/support/eventually.hpp"
 
 namespace corral {
 namespace {
@@ -23,24 +24,10 @@ using Json = nlohmann::json;
 using testing::AgentProcess;
 using testing::CoordinatorProcess;
 
-std::string current_user() {
-  const passwd* pw = ::getpwuid(::geteuid());
-  return pw != nullptr ? pw->pw_name : "root";
-}
+using testing::current_user;
+using testing::eventually;
 
-bool process_alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
-
-// Polls `pred` until it holds or `timeout` passes. For conditions outside the cluster's
-// own events (a process gone from /proc), where there is nothing to wait on.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
+using testing::running;
 
 constexpr const char* kSettings = "";
 
@@ -59,6 +46,18 @@ class AgentClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    // Ranks live in their own process groups and outlive a stopped agent: end every job
+    // still live while the agents run, so a failed test leaves no process behind.
+    if (http_) {
+      auto live = http_->request("GET", "/v1/jobs", "", {{"Authorization", "Bearer " + coord_.token()}});
+      if (live && live->status == 200) {
+        for (const auto& j : Json::parse(live->body)) {
+          std::string id = std::to_string(j["id"].get<model::JobId>());
+          http_->request("POST", "/v1/jobs/" + id + "/cancel", "", {{"Authorization", "Bearer " + coord_.token()}});
+          http_->request("GET", "/v1/jobs/" + id + "?wait=10", "", {{"Authorization", "Bearer " + coord_.token()}});
+        }
+      }
+    }
     if (HasFailure()) {
       for (const auto& line : coord_.process().lines()) std::cerr << "coordinator: " << line << "\n";
       for (auto* agent : {a_.get(), b_.get()}) {
@@ -108,7 +107,7 @@ class AgentClusterTest : public ::testing::Test {
 
   bool all_gone(const std::vector<int>& pids, std::chrono::milliseconds timeout = 5s) {
     return eventually(
-        [&] { return std::none_of(pids.begin(), pids.end(), [](int p) { return process_alive(p); }); }, timeout);
+        [&] { return std::none_of(pids.begin(), pids.end(), running); }, timeout);
   }
 
   std::string two_node(const std::string& command, const std::string& extra = "") {
@@ -202,7 +201,7 @@ TEST_F(AgentClusterTest, ASigkilledAgentMakesItsNodeDownAndTheJobNodeFail) {
   EXPECT_EQ(nodes[1]["state"], "down");
   // gpu-a was told to kill its ranks; gpu-b's are orphans of the dead agent...
   EXPECT_TRUE(all_gone({running[0], running[1]}));
-  EXPECT_TRUE(process_alive(running[2]));
+  EXPECT_TRUE(testing::running(running[2]));
   // ...until an agent starts again there and kills what its spool says the last one left.
   ASSERT_TRUE(b_->start());
   EXPECT_TRUE(all_gone({running[2], running[3]}));
@@ -263,7 +262,7 @@ TEST_F(AgentClusterTest, AnAgentRestartedWithinNodeTimeoutEndsTheJobsOfTheRanksI
   std::vector<int> running = pids(job(id));
   ASSERT_EQ(running.size(), 4u);
   b_->stop();
-  EXPECT_TRUE(process_alive(running[2]));
+  EXPECT_TRUE(testing::running(running[2]));
   ASSERT_TRUE(b_->start());
   Json j = wait_end(id);
   // FAILED when the agent was back within node_timeout (the case at stake), NODE_FAIL

@@ -7,55 +7,29 @@
 // test processes that died before cleaning up left behind (names carry the pid).
 // Needs root and iproute2; `error()` says why a lab could not be made.
 
-#include <fcntl.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
+#include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/core/fd.hpp"
 #include "tests/support/process.hpp"
 
 namespace corral::testing {
-
-// A file descriptor closed when it goes out of scope.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 struct NetnsHost {
   std::string ns;         // the network namespace (`ip netns exec NS ...`)
@@ -91,7 +65,8 @@ class NetnsLab {
       prefix_ = "10.231." + std::to_string(subnet) + ".";
       if (!ip({"link", "add", bridge_, "type", "bridge"})) return;
       made_bridge_ = true;
-      if (!ip({"addr", "add", prefix_ + "1/24", "dev", bridge_}) || !ip({"link", "set", bridge_, "up"})) return;
+      if (!ip({"addr", "add", prefix_ + "1/24", "dev", bridge_}) || !ip({"link", "set", bridge_, "up"}))
+        return;
     }
     for (int i = 0; i < hosts; ++i) {
       NetnsHost h;
@@ -141,7 +116,7 @@ class NetnsLab {
 
   // The inode of host i's network namespace, as /proc/PID/ns/net shows it.
   ino_t namespace_inode(int i) const {
-    struct stat st{};
+    struct stat st {};
     return ::stat(("/var/run/netns/" + host(i).ns).c_str(), &st) == 0 ? st.st_ino : 0;
   }
 
@@ -159,7 +134,8 @@ class NetnsLab {
       sin.sin_family = AF_INET;
       sin.sin_port = htons(static_cast<std::uint16_t>(port));
       ::inet_pton(AF_INET, address.c_str(), &sin.sin_addr);
-      if (s && ::bind(s.get(), reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0 && ::listen(s.get(), 16) == 0) {
+      if (s && ::bind(s.get(), reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0 &&
+          ::listen(s.get(), 16) == 0) {
         fd = std::move(s);
       }
     }).join();
@@ -255,7 +231,8 @@ class NetnsLab {
   // A third octet no address or route of the test's namespace uses, starting from one
   // that depends on the pid so that parallel labs rarely look at the same ones.
   int free_subnet() const {
-    std::string used = ip_output({"-o", "-4", "addr", "show"}) + ip_output({"-4", "route", "show", "table", "all"});
+    std::string used =
+        ip_output({"-o", "-4", "addr", "show"}) + ip_output({"-4", "route", "show", "table", "all"});
     for (int k = 0; k < 256; ++k) {
       int x = (static_cast<int>(pid_) + k) % 256;
       if (used.find("10.231." + std::to_string(x) + ".") == std::string::npos) return x;
