@@ -60,15 +60,20 @@ Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& re
     return make_error(ErrorCode::Unauthenticated, "missing bearer token (Authorization: Bearer TOKEN)");
   }
   std::string hash = net::sha256_hex(std::string_view(auth).substr(kBearer.size()));
+  TimePoint now = clock_.now();
   auto cached = users_.find(hash);
-  if (cached == users_.end()) {
-    // A token added by `corral-coordinator add-user` while we run is found on first use.
+  if (cached == users_.end() || now - cached->second.checked >= kTokenRecheck) {
+    // A token added by `corral-coordinator add-user` while we run is found on first use;
+    // one it replaced is gone from the database and so, within kTokenRecheck, from here.
     auto user = store_.user_by_token_hash(hash);
     if (!user) return std::unexpected(user.error());
-    if (!*user) return make_error(ErrorCode::Unauthenticated, "unknown token");
-    cached = users_.emplace(hash, **user).first;
+    if (!*user) {
+      if (cached != users_.end()) users_.erase(cached);
+      return make_error(ErrorCode::Unauthenticated, "unknown token");
+    }
+    cached = users_.insert_or_assign(hash, CachedUser{**user, now}).first;
   }
-  return Caller{cached->second.name, cached->second.admin};
+  return Caller{cached->second.user.name, cached->second.user.admin};
 }
 
 void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {

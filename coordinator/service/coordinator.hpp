@@ -141,7 +141,14 @@ class Coordinator final : public net::ServerHandler {
   std::unordered_map<model::JobId, Job> jobs_;   // live jobs
   std::map<model::JobId, Job> ended_;            // recently ended, for late rank reports
   std::deque<model::JobId> ended_order_;
-  std::unordered_map<std::string, store::User> users_;  // by token hash
+  struct CachedUser {
+    store::User user;
+    TimePoint checked{};
+  };
+  // By token hash; an entry is checked against the database again after
+  // kTokenRecheck, so a token replaced by `add-user` stops working without a restart.
+  static constexpr Duration kTokenRecheck = std::chrono::seconds(5);
+  std::unordered_map<std::string, CachedUser> users_;
   std::map<std::uint64_t, LogWait> log_waits_;
   std::multimap<model::JobId, JobWait> job_waits_;
   std::uint64_t next_log_request_ = 1;

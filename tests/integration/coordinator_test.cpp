@@ -283,6 +283,15 @@ TEST_F(CoordinatorTest, TokensAndOwnershipAreEnforced) {
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(bobs) + "/cancel", "", bob).status, 200);
   EXPECT_EQ(job(bobs)["state"], "CANCELLED");
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(bobs) + "/cancel", "", bob).status, 409);
+  // A replaced token stops working without a restart (within the coordinator's recheck).
+  std::string bob2 = coord_.add_user("bob");
+  ASSERT_EQ(bob2.size(), 64u);
+  EXPECT_EQ(call("GET", "/v1/whoami", "", bob2).status, 200);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (call("GET", "/v1/whoami", "", bob).status != 401 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(call("GET", "/v1/whoami", "", bob).status, 401);
 }
 
 TEST_F(CoordinatorTest, AnAgentCertificateFromAnotherCaIsRefused) {
