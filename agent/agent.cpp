@@ -77,7 +77,11 @@ int probe_port(const std::string& address, int port, std::string& error) {
     error = std::string("socket: ") + std::strerror(errno);
     return -1;
   }
-  // No SO_REUSEADDR: the probe must fail wherever the job's own bind would.
+  // SO_REUSEADDR, as the job's own listener has it (PyTorch's TCPStore, tcp-check): the
+  // previous job's connections in TIME_WAIT on this port do not make it busy, a socket
+  // listening on it or an outgoing connection bound to it do.
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 1) != 0) {
     int err = errno;
     ::close(fd);

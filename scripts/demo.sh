@@ -112,6 +112,17 @@ echo "== corral submit configs/examples/tcp-check-two-node.yaml"
 JOB=$("$CLI" submit --json "$ROOT/configs/examples/tcp-check-two-node.yaml" | grep -o '[0-9]\+' | head -1)
 echo "job $JOB"
 "$CLI" wait "$JOB" --timeout 120 || true
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  echo
+  echo "== corral submit configs/examples/ddp-gloo.yaml (PyTorch DDP over gloo, 2 nodes × 2 ranks)"
+  { cat "$ROOT/configs/examples/ddp-gloo.yaml"; echo "workdir: $ROOT/configs/examples"; } > "$DEMO/ddp-gloo.yaml"
+  DJOB=$("$CLI" submit --json "$DEMO/ddp-gloo.yaml" | grep -o '[0-9]\+' | head -1)
+  "$CLI" wait "$DJOB" --timeout 300 || true
+  "$CLI" logs "$DJOB" --rank 0 | tail -3
+else
+  echo
+  echo "(PyTorch is not installed for /usr/bin/python3: apt-get install python3-torch to run configs/examples/ddp-gloo.yaml too)"
+fi
 if [[ -n "$GPU_NODE" ]]; then
   echo
   echo "== a one-GPU NCCL check on the real GPUs of $GPU_NODE"

@@ -67,7 +67,8 @@ class NetnsCluster : public ::testing::Test {
       std::string sim = dir_.file("sim-" + std::to_string(i) + ".yaml");
       std::ofstream(sim) << sims.at(static_cast<std::size_t>(i - 1));
       agents_.push_back(std::make_unique<testing::AgentProcess>(
-          *coord_, dir_, node_name(i), sim, testing::Placement{lab_->host(i).address, lab_->exec(i)}));
+          *coord_, dir_, node_name(i), sim, testing::Placement{lab_->host(i).address, lab_->exec(i)},
+          "29500-29599"));  // each host has its own addresses: the usual range
     }
     for (auto& agent : agents_) ASSERT_TRUE(agent->start());
   }

@@ -146,6 +146,10 @@ TEST_F(AgentClusterTest, ATwoNodeTcpCheckCompletesAndEveryRankSawTheRightEnviron
     EXPECT_EQ(j["ranks"][r]["state"], "EXITED");
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  // Its master port, left with connections in TIME_WAIT, is free for the next job.
+  Json next = wait_end(submit(two_node("[" CORRAL_WORKER_BIN ", tcp-check]")));
+  EXPECT_EQ(next["state"], "COMPLETED");
+  EXPECT_EQ(next["master_port"], j["master_port"]) << next.dump(2);
 }
 
 TEST_F(AgentClusterTest, TheJobsEnvironmentAndWorkdirReachEveryRank) {

@@ -108,13 +108,20 @@ class CoordinatorProcess {
   Child child_;
 };
 
+// A port range of 100 below the kernel's ephemeral range, chosen by pid, so test
+// processes that ctest runs side by side on 127.0.0.1 do not meet on master ports.
+inline std::string test_port_range() {
+  int first = 20000 + static_cast<int>(::getpid() % 120) * 100;
+  return std::to_string(first) + "-" + std::to_string(first + 99);
+}
+
 #ifdef CORRAL_AGENT_BIN
 // A real corral-agent with a simulated inventory, joined to `coordinator`; it runs where
 // `where` says and advertises that address.
 class AgentProcess {
  public:
   AgentProcess(CoordinatorProcess& coordinator, const TempDir& dir, std::string node, std::string sim_file,
-               Placement where = {}, std::string ports = "29500-29599")
+               Placement where = {}, std::string ports = test_port_range())
       : node_(std::move(node)), config_(dir.file(node_ + ".yaml")), spool_(dir.file("spool-" + node_)),
         where_(std::move(where)) {
     std::string certs = coordinator.agent_cert(node_);
