@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
       if (!apps) return std::vector<std::string>{"cannot check: " + apps.error().message()};
       for (const auto& proc : *apps) {
         if (std::find(uuids.begin(), uuids.end(), proc.gpu_uuid) != uuids.end()) {
-          held.push_back(proc.gpu_uuid + " by pid " + std::to_string(proc.pid));
+          held.push_back(proc.gpu_uuid + (proc.pid ? " by pid " + std::to_string(*proc.pid)
+                                                     : " by a process nvidia-smi will not name"));
         }
       }
       return held;

@@ -7,9 +7,13 @@ past init_process_group(backend='gloo', init_method='env://') (bench/ddp_stamp.p
 Beside it, in the same run: torchrun (static and c10d rendezvous; two torchrun
 processes, one per node, --nproc_per_node 2) and the four processes started bare with
 the env:// variables, each from launch to the last rank past init_process_group.
-The cluster is a coordinator and two agents on this machine (127.0.0.1).
+The cluster is a coordinator and two agents on this machine: on 127.0.0.1, or with
+--netns (root) each on its own host, a network namespace with its own address, so the
+two nodes talk over a bridge as two machines would; the bare and torchrun rows then run
+each node's processes in its namespace too, with GLOO_SOCKET_IFNAME set by hand (their
+hostnames resolve to 127.0.0.1).
 
-    bench/launch_latency.py [--build build] [--runs 20] [--no-torch]
+    bench/launch_latency.py [--build build] [--runs 20] [--no-torch] [--netns]
 
 The PyTorch rows need Debian's python3-torch (/usr/bin/python3).
 """
@@ -17,6 +21,7 @@ The PyTorch rows need Debian's python3-torch (/usr/bin/python3).
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,38 +57,58 @@ def corral_run(c, cli, command, scratch):
     return max(stamps(scratch, 4)) - t0, t0 - t_cmd
 
 
-def torch_env(rank, local_rank, port):
-    e = dict(os.environ)
-    e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="4", RANK=str(rank),
-             LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1")
+class Hosts:
+    """Where the bare and torchrun rows start each node's processes."""
+
+    def __init__(self, cluster):
+        self.c = cluster
+
+    def prefix(self, node):
+        return self.c.on_agent(node)
+
+    def master(self):
+        return self.c.address(0)
+
+    def env(self):
+        e = dict(os.environ, OMP_NUM_THREADS="1")
+        if self.c.lab:
+            e["GLOO_SOCKET_IFNAME"] = "eth0"
+        return e
+
+
+def torch_env(hosts, rank, local_rank, port):
+    e = hosts.env()
+    e.update(MASTER_ADDR=hosts.master(), MASTER_PORT=str(port), WORLD_SIZE="4", RANK=str(rank),
+             LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE="2")
     return e
 
 
-def bare_run(scratch, port):
+def bare_run(hosts, scratch, port):
     script = os.path.join(HERE, "ddp_stamp.py")
     t0 = time.time()
-    procs = [subprocess.Popen([PY, script, scratch], env=torch_env(r, r % 2, port)) for r in range(4)]
+    procs = [subprocess.Popen(hosts.prefix(r // 2) + [PY, script, scratch], env=torch_env(hosts, r, r % 2, port))
+             for r in range(4)]
     for p in procs:
         if p.wait() != 0:
             raise RuntimeError("a bare rank failed")
     return max(stamps(scratch, 4)) - t0
 
 
-def torchrun_run(scratch, port, mode):
+def torchrun_run(hosts, scratch, port, mode):
     script = os.path.join(HERE, "ddp_stamp.py")
     # Debian 12's torchrun 1.13 needs the redirects spelled out to start on Python 3.11.
     common = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "2",
               "--redirects", "9:0", "--tee", "9:0"]
     if mode == "static":
-        rdzv = ["--master_addr", "127.0.0.1", "--master_port", str(port)]
+        rdzv = ["--master_addr", hosts.master(), "--master_port", str(port)]
     else:
-        rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"bench{port}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+        rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"{hosts.master()}:{port}", "--rdzv_id", f"bench{port}"]
+    env = hosts.env()
     t0 = time.time()
     procs = []
     for node in range(2):
         node_args = ["--node_rank", str(node)] if mode == "static" else []
-        procs.append(subprocess.Popen(common + rdzv + node_args + [script, scratch], env=env,
+        procs.append(subprocess.Popen(hosts.prefix(node) + common + rdzv + node_args + [script, scratch], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     for p in procs:
         if p.wait() != 0:
@@ -101,16 +126,20 @@ def row(name, values, note=""):
 
 
 def main():
+    # A SIGTERM (e.g. from `timeout`) unwinds like an error, so the cluster and its
+    # namespaces are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"))
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--netns", action="store_true", help="each node in its own network namespace (root)")
     a = ap.parse_args()
     cli = os.path.join(a.build, "cli", "corral")
     stamp = os.path.join(a.build, "bench", "stamp")
     torch = not a.no_torch and has_torch()
     results = {}
-    with LocalCluster(a.build, agents=2, sim="a100x8.yaml") as c:
+    with LocalCluster(a.build, agents=2, sim="a100x8.yaml", netns=a.netns) as c:
         for name, command in [("corral: every rank started", [stamp]),
                               ("corral: PyTorch, every rank past init_process_group",
                                [PY, os.path.join(HERE, "ddp_stamp.py")])]:
@@ -127,19 +156,26 @@ def main():
                 cmd.append(submit)
             results[name] = lat
             results[name + " (the `corral submit` command itself)"] = cmd
-    if torch:
-        for name, fn in [("bare: 4 processes with the env:// variables", lambda s, p: bare_run(s, p)),
-                         ("torchrun, static rendezvous", lambda s, p: torchrun_run(s, p, "static")),
-                         ("torchrun, c10d rendezvous", lambda s, p: torchrun_run(s, p, "c10d"))]:
-            values = []
-            for i in range(a.runs):
-                scratch = tempfile.mkdtemp(prefix="corral-latency-")
-                try:
-                    values.append(fn(scratch, 29900 + i))
-                finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
-            results[name] = values
-    print("| launch (2 nodes × 2 ranks) | runs | median | p90 | |")
+        if torch:
+            hosts = Hosts(c)
+            rows = [("bare: 4 processes with the env:// variables", lambda s, p: bare_run(hosts, s, p)),
+                    ("torchrun, static rendezvous", lambda s, p: torchrun_run(hosts, s, p, "static"))]
+            # torchrun 1.13's c10d rendezvous picks the torchrun that hosts its store by
+            # the endpoint matching its hostname, which resolves to 127.0.0.1 in these
+            # namespaces: neither does, and it hangs. So it runs on 127.0.0.1 only.
+            if not c.lab:
+                rows.append(("torchrun, c10d rendezvous", lambda s, p: torchrun_run(hosts, s, p, "c10d")))
+            for name, fn in rows:
+                values = []
+                for i in range(a.runs):
+                    scratch = tempfile.mkdtemp(prefix="corral-latency-")
+                    try:
+                        values.append(fn(scratch, 29900 + i))
+                    finally:
+                        shutil.rmtree(scratch, ignore_errors=True)
+                results[name] = values
+    where = "2 hosts (network namespaces)" if a.netns else "2 nodes on 127.0.0.1"
+    print(f"| launch, 2 × 2 ranks, {where} | runs | median | p90 | |")
     print("| --- | ---: | ---: | ---: | --- |")
     for name, values in results.items():
         row(name, values)

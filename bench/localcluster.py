@@ -1,5 +1,7 @@
 """A corral cluster on this machine for the benchmarks: a coordinator and agents with
-simulated inventories, all on 127.0.0.1, state in a temporary folder removed at the end.
+simulated inventories, state in a temporary folder removed at the end. All on 127.0.0.1,
+or with netns=True each on its own host: a network namespace per process, veth pairs on a
+bridge, addresses in 10.232.N.0/24 (root only; everything is removed at the end).
 
     with LocalCluster(build, agents=4, sim="a100x8.yaml") as c:
         c.submit(spec_text) -> job id
@@ -19,31 +21,92 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class Lab:
+    """Network namespaces h0..hN on one bridge; host i is 10.232.N.(10+i)."""
+
+    def __init__(self, hosts):
+        tag = os.getpid() % 100000
+        self.bridge = f"cbench{tag}b"
+        self.subnet = None
+        for n in range(1, 250):
+            if f"10.232.{n}." not in subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout:
+                self.subnet = f"10.232.{n}."
+                break
+        self.hosts = []
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("addr", "add", self.subnet + "1/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        for i in range(hosts):
+            ns, veth = f"corral-bench-{tag}-h{i}", f"cbench{tag}v{i}"
+            self._ip("netns", "add", ns)
+            self.hosts.append((ns, self.subnet + str(10 + i)))
+            self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self._ip("link", "set", veth, "master", self.bridge)
+            self._ip("link", "set", veth, "up")
+            self._ip("-n", ns, "addr", "add", self.subnet + str(10 + i) + "/24", "dev", "eth0")
+            self._ip("-n", ns, "link", "set", "eth0", "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+
+    @staticmethod
+    def _ip(*args):
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    def prefix(self, i):
+        return ["ip", "netns", "exec", self.hosts[i][0]]
+
+    def address(self, i):
+        return self.hosts[i][1]
+
+    def close(self):
+        for ns, _ in self.hosts:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except OSError:
+                    pass
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for i in range(len(self.hosts)):
+            subprocess.run(["ip", "link", "del", f"cbench{os.getpid() % 100000}v{i}"], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
 class LocalCluster:
-    def __init__(self, build, agents=2, sim="a100x8.yaml", settings=""):
+    def __init__(self, build, agents=2, sim="a100x8.yaml", settings="", netns=False):
         self.build = build
         self.dir = tempfile.mkdtemp(prefix="corral-bench-")
         self.procs = []
         self.local = threading.local()
+        self.lab = None
+        try:
+            if netns:
+                self.lab = Lab(agents + 1)
+            self._setup(build, agents, sim, settings)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, build, agents, sim, settings):
+        self.host = self.lab.address(0) if self.lab else "127.0.0.1"
         coord = os.path.join(build, "coordinator", "corral-coordinator")
         state = os.path.join(self.dir, "state")
         user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-        self.token = subprocess.run([coord, "init", "--state-dir", state, "--admin", user, "--san", "127.0.0.1"],
+        self.token = subprocess.run([coord, "init", "--state-dir", state, "--admin", user, "--san", self.host],
                                     check=True, capture_output=True, text=True).stdout.split("\n")[0]
         self.ca = os.path.join(state, "ca.pem")
         cfg = os.path.join(self.dir, "coordinator.yaml")
         with open(cfg, "w") as f:
-            f.write(f"listen: 127.0.0.1:0\nstate_dir: {state}\nheartbeat_interval: 1s\nnode_timeout: 5s\n"
+            f.write(f"listen: {self.host}:0\nstate_dir: {state}\nheartbeat_interval: 1s\nnode_timeout: 5s\n"
                     f"reconnect_grace: 5s\nkill_grace: 2s\n{settings}")
         port_file = os.path.join(self.dir, "port")
-        self._start([coord, "--config", cfg, "--port-file", port_file], "coordinator")
+        self._start(self._on(0) + [coord, "--config", cfg, "--port-file", port_file], "coordinator")
         deadline = time.time() + 20
         while not (os.path.exists(port_file) and os.path.getsize(port_file) > 0):
             if time.time() > deadline:
                 raise RuntimeError("the coordinator did not start; see " + self.dir)
             time.sleep(0.01)
         self.port = int(open(port_file).read())
-        self.url = f"https://127.0.0.1:{self.port}"
+        self.url = f"https://{self.host}:{self.port}"
         self.ssl = ssl.create_default_context(cafile=self.ca)
         certs = os.path.join(self.dir, "certs")
         self.nodes = []
@@ -54,16 +117,27 @@ class LocalCluster:
             acfg = os.path.join(self.dir, name + ".yaml")
             with open(acfg, "w") as f:
                 f.write(f"node: {name}\ncoordinator: {self.url}\nca: {certs}/ca.pem\ncert: {certs}/{name}.pem\n"
-                        f"key: {certs}/{name}.key\nspool: {self.dir}/spool-{name}\nadvertise: 127.0.0.1\n"
+                        f"key: {certs}/{name}.key\nspool: {self.dir}/spool-{name}\nadvertise: {self.address(i)}\n"
                         f"ports: 29500-29999\nsimulate: {ROOT}/configs/sim/{sim}\nallow_root_jobs: true\n"
                         f"worker: {build}/worker/corral-worker\n")
-            self._start([os.path.join(build, "agent", "corral-agent"), "--config", acfg], name)
+            self._start(self._on(i + 1) + [os.path.join(build, "agent", "corral-agent"), "--config", acfg], name)
             self.nodes.append(name)
         deadline = time.time() + 20
         while sum(1 for n in self.get("/v1/nodes") if n["state"] == "up") < agents:
             if time.time() > deadline:
                 raise RuntimeError("agents did not join; see " + self.dir)
             time.sleep(0.02)
+
+    def _on(self, host):
+        """The prefix that runs a command on host `host` (0: the coordinator's)."""
+        return self.lab.prefix(host) if self.lab else []
+
+    def address(self, agent):
+        """The advertised address of agent `agent` (0-based)."""
+        return self.lab.address(agent + 1) if self.lab else "127.0.0.1"
+
+    def on_agent(self, agent):
+        return self._on(agent + 1)
 
     def _start(self, argv, name):
         log = open(os.path.join(self.dir, name + ".log"), "w")
@@ -72,7 +146,7 @@ class LocalCluster:
     def _conn(self):
         conn = getattr(self.local, "conn", None)
         if conn is None:
-            conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ssl, timeout=90)
+            conn = http.client.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=90)
             self.local.conn = conn
         return conn
 
@@ -119,6 +193,8 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if self.lab:
+            self.lab.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <initializer_list>
 #include <set>
 
 namespace corral::agent {
@@ -137,15 +138,20 @@ Error line_error(std::string_view what, std::size_t line, const std::string& mes
                std::string(what) + " line " + std::to_string(line) + ": " + message);
 }
 
-// The token after `label` up to a space or '|': "CUDA Version: 12.4 |" -> "12.4".
-std::optional<std::string_view> banner_value(std::string_view text, std::string_view label) {
-  const auto at = text.find(label);
-  if (at == std::string_view::npos) return std::nullopt;
-  std::string_view rest = text.substr(at + label.size());
-  const auto first = rest.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return std::string_view{};
-  rest = rest.substr(first);
-  return rest.substr(0, rest.find_first_of(" \t\r\n|"));
+// The token after the first of `labels` found, up to a space or '|': "CUDA Version: 12.4 |"
+// -> "12.4". Drivers from 610 on renamed the labels, so callers pass both spellings.
+std::optional<std::string_view> banner_value(std::string_view text,
+                                             std::initializer_list<std::string_view> labels) {
+  for (std::string_view label : labels) {
+    const auto at = text.find(label);
+    if (at == std::string_view::npos) continue;
+    std::string_view rest = text.substr(at + label.size());
+    const auto first = rest.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return std::string_view{};
+    rest = rest.substr(first);
+    return rest.substr(0, rest.find_first_of(" \t\r\n|"));
+  }
+  return std::nullopt;
 }
 
 // The first non-blank lines of what a failed nvidia-smi printed, joined with " ".
@@ -221,18 +227,21 @@ Result<std::vector<GpuRow>> parse_query_gpu(std::string_view csv) {
 }
 
 Result<model::CudaVersion> parse_cuda_version(std::string_view nvidia_smi_banner) {
-  auto value = banner_value(nvidia_smi_banner, "CUDA Version:");
+  auto value = banner_value(nvidia_smi_banner, {"CUDA Version:", "CUDA UMD Version:"});
   if (!value) {
     if (is_driver_not_answering(nvidia_smi_banner)) {
       return make_error(ErrorCode::Unavailable, first_lines(nvidia_smi_banner, 2));
     }
-    return make_error(ErrorCode::InvalidArgument, "nvidia-smi output has no \"CUDA Version:\" in its header");
+    return make_error(ErrorCode::InvalidArgument,
+                      "nvidia-smi output has no \"CUDA Version:\" or \"CUDA UMD Version:\" in its header "
+                      "(drivers before 410 print none)");
   }
-  if (*value == "N/A") {
-    return make_error(
-        ErrorCode::Unavailable,
-        "nvidia-smi reports \"CUDA Version: N/A\": the driver's CUDA library is not installed or "
-        "not visible here");
+  // "N/A" in the table, "Not Found" (cut here at its space) in some: libcuda is missing.
+  if (*value == "N/A" || *value == "Not") {
+    return make_error(ErrorCode::Unavailable,
+                      std::string("nvidia-smi reports \"CUDA Version: ") +
+                          (*value == "N/A" ? "N/A" : "Not Found") +
+                          "\": the driver's CUDA library is not installed or not visible here");
   }
   auto cuda = model::CudaVersion::parse(*value);
   if (!cuda || value->find('.') == std::string_view::npos) {
@@ -243,13 +252,13 @@ Result<model::CudaVersion> parse_cuda_version(std::string_view nvidia_smi_banner
 }
 
 Result<std::string> parse_banner_driver(std::string_view nvidia_smi_banner) {
-  auto value = banner_value(nvidia_smi_banner, "Driver Version:");
+  auto value = banner_value(nvidia_smi_banner, {"Driver Version:", "KMD Version:"});
   if (!value || value->empty()) {
     if (is_driver_not_answering(nvidia_smi_banner)) {
       return make_error(ErrorCode::Unavailable, first_lines(nvidia_smi_banner, 2));
     }
     return make_error(ErrorCode::InvalidArgument,
-                      "nvidia-smi output has no \"Driver Version:\" in its header");
+                      "nvidia-smi output has no \"Driver Version:\" or \"KMD Version:\" in its header");
   }
   return std::string(*value);
 }
@@ -347,15 +356,19 @@ Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv) {
                                         "expected 3 fields (pid, gpu_uuid, used_memory), got " +
                                             std::to_string(fields.size()) + ": " + excerpt(line)));
     }
-    auto pid = parse_integer<int>(fields[0]);
-    if (!pid || *pid <= 0) {
-      return std::unexpected(
-          line_error(kWhat, line_no, "pid must be a positive integer, got " + excerpt(fields[0])));
+    ComputeApp app{std::nullopt, std::string(fields[1]), std::nullopt};
+    // A process the driver will not name ("[Insufficient Permissions]") still holds its GPU.
+    if (!is_missing(fields[0])) {
+      auto pid = parse_integer<int>(fields[0]);
+      if (!pid || *pid <= 0) {
+        return std::unexpected(
+            line_error(kWhat, line_no, "pid must be a positive integer, got " + excerpt(fields[0])));
+      }
+      app.pid = *pid;
     }
     if (is_missing(fields[1])) {
       return std::unexpected(line_error(kWhat, line_no, "gpu_uuid is not available: " + excerpt(fields[1])));
     }
-    ComputeApp app{*pid, std::string(fields[1]), std::nullopt};
     if (!is_missing(fields[2])) {
       auto used = parse_integer<std::int64_t>(fields[2]);
       if (!used || *used < 0) {
@@ -408,8 +421,9 @@ Result<std::vector<model::Gpu>> assemble_gpus(const std::vector<GpuRow>& rows, m
 }
 
 bool is_driver_not_answering(std::string_view output) {
-  constexpr std::array<std::string_view, 7> kSigns = {
+  constexpr std::array<std::string_view, 8> kSigns = {
       "couldn't communicate with the NVIDIA driver",
+      "could not communicate with the NVIDIA driver",
       "Failed to initialize NVML",
       "Driver/library version mismatch",
       "No devices were found",

@@ -38,7 +38,9 @@ struct GpuRow {
 
 // One line of `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory`.
 struct ComputeApp {
-  int pid = 0;
+  // Unknown where the driver will not name the process ("[Insufficient Permissions]", seen
+  // in a container on a MIG GPU for a process outside it). The GPU is held all the same.
+  std::optional<int> pid;
   std::string gpu_uuid;
   // Unknown where the driver will not say (containers, other users' processes: "[N/A]").
   std::optional<std::int64_t> used_memory_mib;
@@ -53,12 +55,14 @@ struct ComputeApp {
 [[nodiscard]] Result<std::vector<GpuRow>> parse_query_gpu(std::string_view csv);
 
 // The highest CUDA version the driver supports, from the header of plain `nvidia-smi`:
-// "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |".
-// Unavailable when the driver reports "CUDA Version: N/A" or is not answering;
-// InvalidArgument when the text has no CUDA version at all.
+// "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |", or from
+// 610 on "| NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3 |".
+// Unavailable when the driver reports "CUDA Version: N/A" (or "Not Found") or is not
+// answering; InvalidArgument when the text has no CUDA version at all (drivers before 410).
 [[nodiscard]] Result<model::CudaVersion> parse_cuda_version(std::string_view nvidia_smi_banner);
 
-// The driver version from the same header ("550.54.15"), for cross-checking.
+// The driver version from the same header ("550.54.15"; "KMD Version:" from 610 on), for
+// cross-checking. Under WSL it differs from the NVIDIA-SMI version printed before it.
 [[nodiscard]] Result<std::string> parse_banner_driver(std::string_view nvidia_smi_banner);
 
 // From the matrix of `nvidia-smi topo -m`: for every GPU row, the GPU indices it reaches

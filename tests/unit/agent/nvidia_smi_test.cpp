@@ -173,6 +173,47 @@ TEST(NvidiaSmi, ReadsTheDriverVersionFromTheBanner) {
   EXPECT_EQ(parse_banner_driver(read_data("mixed-a100-v100/nvidia_smi.txt")).value_or(""), "535.104.05");
 }
 
+TEST(NvidiaSmi, ReadsTheRenamedKmdAndCudaUmdLabelsOf610Drivers) {
+  auto cuda = parse_cuda_version(read_data("b200-610/nvidia_smi.txt"));
+  ASSERT_TRUE(cuda.has_value()) << cuda.error().message();
+  EXPECT_EQ(*cuda, (model::CudaVersion{13, 3}));
+  EXPECT_EQ(parse_banner_driver(read_data("b200-610/nvidia_smi.txt")).value_or(""), "610.43.02");
+  auto windows = parse_cuda_version(read_data("banners/windows-610-kmd-umd.txt"));
+  ASSERT_TRUE(windows.has_value()) << windows.error().message();
+  EXPECT_EQ(*windows, (model::CudaVersion{13, 3}));
+  EXPECT_EQ(parse_banner_driver(read_data("banners/windows-610-kmd-umd.txt")).value_or(""), "610.62");
+}
+
+TEST(NvidiaSmi, ReadsTheNarrow79ColumnBannerOfOlderDrivers) {
+  auto cuda = parse_cuda_version(read_data("banners/470-narrow.txt"));
+  ASSERT_TRUE(cuda.has_value()) << cuda.error().message();
+  EXPECT_EQ(*cuda, (model::CudaVersion{11, 4}));
+  EXPECT_EQ(parse_banner_driver(read_data("banners/470-narrow.txt")).value_or(""), "470.63.01");
+}
+
+TEST(NvidiaSmi, ReadsTheDriverVersionNotTheNvidiaSmiVersionUnderWsl) {
+  EXPECT_EQ(parse_banner_driver(read_data("banners/wsl-530-driver-531.txt")).value_or(""), "531.68");
+  auto cuda = parse_cuda_version(read_data("banners/wsl-530-driver-531.txt"));
+  ASSERT_TRUE(cuda.has_value()) << cuda.error().message();
+  EXPECT_EQ(*cuda, (model::CudaVersion{12, 1}));
+}
+
+TEST(NvidiaSmi, RejectsABannerFromADriverOlderThanCudaVersionReporting) {
+  auto cuda = parse_cuda_version(read_data("banners/331-no-cuda.txt"));
+  ASSERT_FALSE(cuda.has_value());
+  EXPECT_EQ(cuda.error().code(), ErrorCode::InvalidArgument);
+  EXPECT_THAT(cuda.error().message(), HasSubstr("before 410"));
+  EXPECT_EQ(parse_banner_driver(read_data("banners/331-no-cuda.txt")).value_or(""), "331.62");
+}
+
+TEST(NvidiaSmi, ReportsCudaVersionNotFoundAsUnavailable) {
+  auto cuda =
+      parse_cuda_version("| NVIDIA-SMI 580.105.06   Driver Version: 580.105.06   CUDA Version: Not Found |");
+  ASSERT_FALSE(cuda.has_value());
+  EXPECT_EQ(cuda.error().code(), ErrorCode::Unavailable);
+  EXPECT_THAT(cuda.error().message(), HasSubstr("Not Found"));
+}
+
 TEST(NvidiaSmi, ReportsCudaVersionNotAvailableAsUnavailable) {
   auto cuda =
       parse_cuda_version("| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: N/A      |");
@@ -266,6 +307,20 @@ TEST(NvidiaSmi, ReadsASpaceAlignedTopologyWithOldStyleNicNames) {
   EXPECT_THAT(peers->at(3), ElementsAre(0, 1));
 }
 
+TEST(NvidiaSmi, ReadsAnOldPcieTopologyWithSocCellsAndABareNicRow) {
+  auto peers = parse_topo_nvlink(read_data("p40-pcie-soc/topo_m.txt"));
+  ASSERT_TRUE(peers.has_value()) << peers.error().message();
+  ASSERT_EQ(peers->size(), 8u);
+  for (const auto& [gpu, nvlink] : *peers) EXPECT_TRUE(nvlink.empty()) << "GPU" << gpu;
+}
+
+TEST(NvidiaSmi, ReadsAWindowsTopologyWithEmptyAffinityCells) {
+  auto peers = parse_topo_nvlink(read_data("windows-rtx2080s-610/topo_m.txt"));
+  ASSERT_TRUE(peers.has_value()) << peers.error().message();
+  ASSERT_EQ(peers->size(), 1u);
+  EXPECT_TRUE(peers->at(0).empty());
+}
+
 TEST(NvidiaSmi, RejectsATopologyWithoutAMatrixHeader) {
   auto peers = parse_topo_nvlink(read_data("failures/driver_not_answering.txt"));
   ASSERT_FALSE(peers.has_value());
@@ -322,8 +377,17 @@ TEST(NvidiaSmi, LeavesComputeAppMemoryUnknownWhenTheDriverWillNotSay) {
   EXPECT_EQ((*apps)[0], (ComputeApp{4242, "GPU-a", std::nullopt}));
 }
 
-TEST(NvidiaSmi, RejectsAComputeAppWithoutAPid) {
-  auto apps = parse_compute_apps("4242, GPU-a, 10\n[N/A], GPU-b, 10\n");
+TEST(NvidiaSmi, KeepsAComputeAppWhoseProcessTheDriverWillNotName) {
+  // MIG in a container: the GPU is held by a process outside it.
+  auto apps =
+      parse_compute_apps("4242, GPU-a, 10\n[Insufficient Permissions], GPU-b, [Insufficient Permissions]\n");
+  ASSERT_TRUE(apps.has_value()) << apps.error().message();
+  ASSERT_EQ(apps->size(), 2u);
+  EXPECT_EQ((*apps)[1], (ComputeApp{std::nullopt, "GPU-b", std::nullopt}));
+}
+
+TEST(NvidiaSmi, RejectsAComputeAppWhosePidIsNotANumber) {
+  auto apps = parse_compute_apps("4242, GPU-a, 10\npython, GPU-b, 10\n");
   ASSERT_FALSE(apps.has_value());
   EXPECT_THAT(apps.error().message(), HasSubstr("line 2"));
   EXPECT_THAT(apps.error().message(), HasSubstr("pid"));
@@ -389,6 +453,9 @@ TEST(NvidiaSmi, RecognisesEveryWayTheDriverSaysItIsNotAnswering) {
   EXPECT_TRUE(is_driver_not_answering(read_data("failures/driver_not_answering.txt")));
   EXPECT_TRUE(is_driver_not_answering(read_data("failures/nvml_version_mismatch.txt")));
   EXPECT_TRUE(is_driver_not_answering("No devices were found\n"));
+  EXPECT_TRUE(is_driver_not_answering(
+      "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n"
+      "Make sure that the latest NVIDIA driver is installed and running.\n"));
   EXPECT_FALSE(is_driver_not_answering(read_data("dgx-a100/nvidia_smi.txt")));
   EXPECT_FALSE(is_driver_not_answering(read_data("dgx-a100/query_gpu.csv")));
 }

@@ -221,13 +221,14 @@ TEST(TcpCheck, RankZeroNamesTheRanksThatNeverCame) {
   // Long enough for rank 1 to arrive on a busy machine; rank 2 never does.
   auto root = start(job.rank(0), "3");
   ASSERT_TRUE(root->wait_for("listening on", true));
-  auto r1 = start(job.rank(1), "3");
+  auto r1 = start(job.rank(1), "10");
   Finished r = root->finish();
+  Finished one = r1->finish();
   EXPECT_EQ(r.exit_code, 4);
   EXPECT_NE(r.err.find("timed out after 3s at " + where(job) + " waiting for rank 2 (2 of 3 arrived)"),
             std::string::npos)
-      << r.err;
-  EXPECT_EQ(r1->finish().exit_code, 4);
+      << r.err << "\nrank 1:\n" << one.err;
+  EXPECT_EQ(one.exit_code, 4) << one.err;  // told by rank 0 that the rendezvous failed
 }
 
 TEST(TcpCheck, RankZeroTurnsAwayAStrangerAndCarriesOn) {
