@@ -57,8 +57,7 @@ def one_run(c, jobs, clients):
         states[j["state"]] = states.get(j["state"], 0) + 1
     first = min(parse_time(j["submitted_at"]) for j in done)
     last = max(parse_time(j["ended_at"]) for j in done)
-    waits = [parse_time(j["started_at"]) - parse_time(j["submitted_at"]) for j in done]
-    return last - first, submitted, states, waits
+    return last - first, submitted, states
 
 
 def main():
@@ -74,7 +73,7 @@ def main():
     totals = []
     for run in range(a.runs):
         with LocalCluster(a.build, agents=a.agents, sim="a100x8.yaml") as c:
-            took, submitted, states, waits = one_run(c, a.jobs, a.clients)
+            took, submitted, states = one_run(c, a.jobs, a.clients)
             totals.append(took)
             ok = states.get("COMPLETED", 0) == a.jobs
             print(f"| {run + 1} | {a.jobs} | {a.agents} × 8 | {submitted:.2f} s | {took:.2f} s | {a.jobs / took:.0f} | "

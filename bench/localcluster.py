@@ -26,6 +26,7 @@ class Lab:
 
     def __init__(self, hosts):
         tag = os.getpid() % 100000
+        self.veth = f"cbench{tag}v"
         self.bridge = f"cbench{tag}b"
         self.subnet = None
         for n in range(1, 250):
@@ -37,7 +38,7 @@ class Lab:
         self._ip("addr", "add", self.subnet + "1/24", "dev", self.bridge)
         self._ip("link", "set", self.bridge, "up")
         for i in range(hosts):
-            ns, veth = f"corral-bench-{tag}-h{i}", f"cbench{tag}v{i}"
+            ns, veth = f"corral-bench-{tag}-h{i}", f"{self.veth}{i}"
             self._ip("netns", "add", ns)
             self.hosts.append((ns, self.subnet + str(10 + i)))
             self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -67,7 +68,7 @@ class Lab:
                     pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for i in range(len(self.hosts)):
-            subprocess.run(["ip", "link", "del", f"cbench{os.getpid() % 100000}v{i}"], capture_output=True)
+            subprocess.run(["ip", "link", "del", f"{self.veth}{i}"], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/net/http_client.hpp"
 
 using namespace corral;
@@ -32,19 +34,6 @@ std::string arg(int argc, char** argv, const char* name, const char* dflt) {
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
   }
   return dflt;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -76,7 +65,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string spec = "name: load\ncommand: [\"true\"]\nresources:\n  gpus_per_node: 1\n";
-  const std::string body = "{\"spec\": \"" + json_escape(spec) + "\", \"file\": \"load.yaml\"}";
+  const std::string body = nlohmann::json{{"spec", spec}, {"file", "load.yaml"}}.dump();
   std::atomic<int> next{0};
   std::atomic<int> failures{0};
   std::vector<std::vector<double>> latencies(static_cast<std::size_t>(clients));

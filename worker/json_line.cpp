@@ -1,9 +1,19 @@
 #include "worker/json_line.hpp"
 
+#include <limits.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cmath>
 
 namespace corral::worker {
+
+std::string host_name() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
 
 std::string json_quote(std::string_view text) {
   std::string out = "\"";

@@ -39,4 +39,7 @@ class JsonLine {
 // the values come from the environment and from CUDA, which are ASCII in practice.
 std::string json_quote(std::string_view text);
 
+// This machine's host name for a check's JSON line, or "unknown".
+std::string host_name();
+
 }  // namespace corral::worker

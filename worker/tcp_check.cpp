@@ -18,12 +18,6 @@ namespace {
 
 constexpr std::string_view kKnownFlags[] = {"timeout", "gpus-per-rank"};
 
-std::string host_name() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
-
 ExitCode exit_code_for(ErrorCode code) {
   switch (code) {
     case ErrorCode::Timeout:

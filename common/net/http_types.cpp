@@ -1,5 +1,7 @@
 #include "common/net/http_types.hpp"
 
+#include "common/core/hex.hpp"
+
 #include <cctype>
 #include <string_view>
 
@@ -7,21 +9,14 @@ namespace corral::net {
 
 namespace {
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 bool decode(std::string_view in, std::string& out, bool plus_is_space) {
   out.clear();
   for (std::size_t i = 0; i < in.size(); ++i) {
     char c = in[i];
     if (c == '%') {
       if (i + 2 >= in.size()) return false;
-      int hi = hex_value(in[i + 1]);
-      int lo = hex_value(in[i + 2]);
+      int hi = hex_digit_value(in[i + 1]);
+      int lo = hex_digit_value(in[i + 2]);
       if (hi < 0 || lo < 0) return false;
       out += static_cast<char>(hi * 16 + lo);
       i += 2;

@@ -1,5 +1,7 @@
 #include "common/net/pki.hpp"
 
+#include "common/core/hex.hpp"
+
 #include <fcntl.h>
 #include <openssl/ec.h>
 #include <openssl/err.h>
@@ -205,25 +207,13 @@ Result<std::string> certificate_common_name(const std::string& cert_path) {
 std::string random_token() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1) std::abort();  // no entropy: nothing safe to do
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 0xf];
-  }
-  return out;
+  return hex_encode(bytes);
 }
 
 std::string sha256_hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest) {
-    out += kHex[b >> 4];
-    out += kHex[b & 0xf];
-  }
-  return out;
+  return hex_encode(digest);
 }
 
 }  // namespace corral::net

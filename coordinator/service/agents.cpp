@@ -231,12 +231,20 @@ void Coordinator::on_prepare_result(const std::string& node, const protocol::Pre
   if (r) apply(*r);
 }
 
+// The rank `rank` of `job`'s attempt `attempt`, if `node` runs it: a node may only speak
+// for its own ranks, and reports about another attempt are stale.
+store::RankRecord* Coordinator::own_rank(Job* job, const std::string& node, int attempt, int rank) {
+  if (job == nullptr || job->record.attempt != attempt) return nullptr;
+  auto& ranks = job->record.ranks;
+  auto it = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == rank; });
+  return it == ranks.end() || it->node != node ? nullptr : &*it;
+}
+
 void Coordinator::on_rank_started(const std::string& node, const protocol::RankStarted& m) {
   Job* job = any_job(m.job);
-  if (job == nullptr || job->record.attempt != m.attempt) return;
+  store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
+  if (it == nullptr) return;
   auto& ranks = job->record.ranks;
-  auto it = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == m.rank; });
-  if (it == ranks.end() || it->node != node) return;  // a node may only speak for its own ranks
   it->pid = m.pid;
   if (it->state == "PENDING") it->state = "RUNNING";
   bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.pid != 0; });
@@ -249,10 +257,8 @@ void Coordinator::on_rank_started(const std::string& node, const protocol::RankS
 
 void Coordinator::on_rank_exited(const std::string& node, const protocol::RankExited& m) {
   Job* job = any_job(m.job);
-  if (job == nullptr || job->record.attempt != m.attempt) return;
-  auto& ranks = job->record.ranks;
-  auto it = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == m.rank; });
-  if (it == ranks.end() || it->node != node) return;
+  store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
+  if (it == nullptr) return;
   if (it->state == "EXITED" || it->state == "KILLED") return;  // reported twice (after a reconnect)
   if (m.signal != 0) {
     it->state = "KILLED";
@@ -280,7 +286,7 @@ void Coordinator::on_rank_exited(const std::string& node, const protocol::RankEx
     if (r) apply(*r);
     return;
   }
-  bool all_ok = std::all_of(ranks.begin(), ranks.end(),
+  bool all_ok = std::all_of(job->record.ranks.begin(), job->record.ranks.end(),
                             [](const auto& r) { return r.state == "EXITED" && r.exit_code == 0; });
   if (all_ok) {
     auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now);

@@ -355,14 +355,12 @@ void Coordinator::lose_unreported_ranks() {
     if (job == nullptr || !model::holds_resources(job->record.state)) continue;
     std::string missing_node;
     int missing_rank = -1;
-    bool any_started = false;
     for (const auto& r : job->record.ranks) {
       if (r.state == "EXITED" && r.exit_code == 0) continue;
       const Link& link = links_[r.node];
       bool alive = link.connected && std::any_of(link.reported.begin(), link.reported.end(), [&](const auto& rr) {
                      return rr.job == id && rr.attempt == job->record.attempt && rr.rank == r.rank;
                    });
-      any_started = any_started || r.pid != 0;
       if (!alive) {
         missing_node = r.node;
         missing_rank = r.rank;

@@ -102,6 +102,7 @@ class Coordinator final : public net::ServerHandler {
   void on_hello(const std::shared_ptr<net::WsConnection>& conn, protocol::Hello hello);
   void on_health(const std::string& node, const protocol::Health& health);
   void on_prepare_result(const std::string& node, const protocol::PrepareResult& m);
+  store::RankRecord* own_rank(Job* job, const std::string& node, int attempt, int rank);
   void on_rank_started(const std::string& node, const protocol::RankStarted& m);
   void on_rank_exited(const std::string& node, const protocol::RankExited& m);
   void on_log_data(const std::string& node, const protocol::LogData& m);

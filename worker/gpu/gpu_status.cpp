@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/core/check.hpp"
+#include "common/core/strings.hpp"
 
 namespace corral::worker::gpu {
 
@@ -45,7 +46,7 @@ GpuResult<int> count_visible_devices() {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return std::unexpected(
         Failure{ExitCode::NoGpu, "no CUDA device is visible (CUDA_VISIBLE_DEVICES=" +
-                                     (visible ? "\"" + std::string(visible) + "\"" : "unset") + ")"});
+                                     (visible ? quote_for_message(visible) : "unset") + ")"});
   }
   if (status == cudaErrorInsufficientDriver) {
     (void)cudaGetLastError();

@@ -56,12 +56,6 @@ struct SizeResult {
   std::string wrong;  // empty when every element was right
 };
 
-std::string host_name() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
-
 // Aborts the communicator on every path out, unless finish() ended it cleanly.
 class Communicator {
  public:

@@ -32,12 +32,6 @@ using gpu::GpuResult;
 // Small enough to fit on any card that still works, large enough to span many blocks.
 constexpr int kTestInts = 1 << 20;
 
-std::string host_name() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
-
 // nvidia-smi's spelling, so that the agent can match devices with its inventory.
 std::string uuid_text(const cudaUUID_t& uuid) {
   constexpr char kHex[] = "0123456789abcdef";

@@ -1,0 +1,24 @@
+#pragma once
+// Hex text for binary data: tokens, digests, NCCL unique IDs, URL escapes.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/core/error.hpp"
+
+namespace corral {
+
+// 0..15 for a hex digit of either case, -1 for anything else.
+int hex_digit_value(char c);
+
+// Lowercase, two characters a byte.
+std::string hex_encode(std::span<const std::uint8_t> bytes);
+
+// Accepts either case. The error names what is wrong (odd length, the first bad
+// character and its position) without echoing the whole text into logs.
+[[nodiscard]] Result<std::vector<std::uint8_t>> hex_decode(std::string_view text);
+
+}  // namespace corral
