@@ -155,10 +155,35 @@ void Agent::kill_orphans() {
   }
 }
 
+Result<std::string> Agent::load_agent_id() const {
+  // Kept in the spool, so that the next agent process finds what this one's ranks left.
+  std::string path = config_.spool + "/agent-id";
+  std::string id;
+  std::ifstream(path) >> id;
+  if (id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos) return id;
+  std::random_device rd;
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  id = buf;
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << id << "\n";
+    if (!out.flush()) return make_error(ErrorCode::Unavailable, "cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + ec.message());
+  return id;
+}
+
 Result<void> Agent::start() {
   std::error_code ec;
   fs::create_directories(config_.spool + "/jobs", ec);
   if (ec) return make_error(ErrorCode::Unavailable, "cannot create spool " + config_.spool + ": " + ec.message());
+  auto id = load_agent_id();
+  if (!id) return std::unexpected(id.error());
+  agent_id_ = *id;
   kill_orphans();
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   interface_ = interface_for_address(config_.advertise).value_or("");
@@ -265,6 +290,8 @@ void Agent::on_welcome(const protocol::Welcome& m) {
                m.heartbeat_interval_ms, outbox_.size());
   heartbeat_timer_->start_repeating(heartbeat_interval_, [this] { send(protocol::Heartbeat{}); });
   flush_outbox();
+  // Everything held back is on its way: the coordinator may now judge what we do not run.
+  send(protocol::Synced{});
 }
 
 void Agent::on_reconcile(const protocol::Reconcile& m) {
@@ -366,6 +393,10 @@ void Agent::launch_failed(const protocol::Launch& m, const std::string& reason) 
 
 void Agent::on_launch(const protocol::Launch& m) {
   Key key{m.job, m.attempt};
+  if (std::find(finished_.begin(), finished_.end(), key) != finished_.end()) {
+    spdlog::warn("job {} attempt {} already ended on this node: not starting it again", m.job, m.attempt);
+    return;
+  }
   Job& job = jobs_[key];
   if (!job.ranks.empty() || job.killing) return;  // a repeat after a reconnect
   std::optional<UserIds> user;
@@ -401,7 +432,9 @@ void Agent::on_launch(const protocol::Launch& m) {
   for (const auto& r : ranks) {
     ProcessSpec spec;
     spec.argv = m.command.shell ? std::vector<std::string>{"/bin/sh", "-c", m.command.argv.front()} : m.command.argv;
-    spec.envp = to_envp(build_rank_env(m, r, {interface_}, base));
+    Env env = build_rank_env(m, r, {interface_}, base);
+    env.emplace_back(kAgentIdVariable, agent_id_);
+    spec.envp = to_envp(env);
     spec.workdir = m.workdir;
     spec.user = user;
     spec.log_path = log_path(m.job, m.attempt, r.rank);
@@ -466,12 +499,10 @@ void Agent::rank_done(const Key& key, Rank& rank, int status) {
   bool all = std::all_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r.second.exited; });
   if (all) {
     if (job.kill_timer) job.kill_timer->cancel();
-    if (job.killing) {
-      finish_kill(key);
-    } else {
-      release_job_resources(job);
-      maybe_forget(key);
-    }
+    // Whether they ended by themselves or were killed: make sure nothing of the attempt is
+    // left on the node, then say so (AttemptGone), which frees its GPUs and port.
+    job.killing = true;
+    finish_kill(key);
   }
 }
 
@@ -505,7 +536,17 @@ void Agent::maybe_forget(const Key& key) {
   if (!running && it->second.nccl_root == 0 && it->second.probe_fd < 0) jobs_.erase(it);
 }
 
-void Agent::on_kill(const protocol::Kill& m) { kill_job({m.job, m.attempt}, std::chrono::milliseconds(m.grace_ms)); }
+void Agent::on_kill(const protocol::Kill& m) {
+  Key key{m.job, m.attempt};
+  if (!jobs_.contains(key)) {
+    // Never run here, already ended, or left by an earlier agent process: look for what
+    // may be left of it all the same, and answer.
+    jobs_[key].killing = true;
+    finish_kill(key);
+    return;
+  }
+  kill_job(key, std::chrono::milliseconds(m.grace_ms));
+}
 
 void Agent::kill_job(const Key& key, Duration grace) {
   auto it = jobs_.find(key);
@@ -549,24 +590,34 @@ void Agent::verify_gone(const Key& key, int tries) {
   if (it == jobs_.end()) return;
   Job& job = it->second;
   reap();
-  // Nothing of the job may be left: every rank's process group is empty.
+  // Nothing of the attempt may be left: every rank's process group is empty, and no
+  // process carries its CORRAL_JOB_ID and CORRAL_ATTEMPT (one that left its group by
+  // setsid or a double fork is found that way).
   std::string left;
   for (auto& [r, rank] : job.ranks) {
     if (group_alive(rank.pid)) {
       signal_group(rank.pid, SIGKILL);
-      left += (left.empty() ? "" : ", ") + std::to_string(rank.pid);
+      left += (left.empty() ? "" : ", ") + std::string("group ") + std::to_string(rank.pid);
     }
   }
-  if (!left.empty() && tries < 20) {
+  for (pid_t pid : attempt_processes(key.first, key.second, agent_id_)) {
+    ::kill(pid, SIGKILL);
+    left += (left.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
+  }
+  if (!left.empty() && tries < 40) {
     // SIGKILL is delivered asynchronously: look again shortly.
     job.kill_timer = std::make_unique<net::Timer>(loop_);
-    job.kill_timer->start(std::chrono::milliseconds(50), [this, key, tries] { verify_gone(key, tries + 1); });
+    job.kill_timer->start(std::chrono::milliseconds(tries == 0 ? 5 : 50), [this, key, tries] { verify_gone(key, tries + 1); });
     return;
   }
   if (!left.empty()) {
-    health_error_ = "processes of job " + std::to_string(key.first) + " survived SIGKILL (process groups " + left + ")";
+    // Not confirmed: the coordinator keeps the attempt's GPUs and port fenced.
+    health_error_ = "processes of job " + std::to_string(key.first) + " survived SIGKILL (" + left + ")";
     spdlog::error("{}", health_error_);
     send(protocol::Health{health_error_});
+    remember_finished(key);
+    jobs_.erase(it);
+    return;
   }
   if (hooks_.gpus_still_held && !job.gpus.empty()) {
     std::vector<std::string> uuids;
@@ -584,7 +635,19 @@ void Agent::verify_gone(const Key& key, int tries) {
       send(protocol::Health{health_error_});
     }
   }
+  remember_finished(key);
   jobs_.erase(it);
+  send(protocol::AttemptGone{key.first, key.second});
+}
+
+void Agent::remember_finished(const Key& key) {
+  // A Launch that arrives after its attempt ended here (repeated, or overtaken by a Kill)
+  // must not start it again. Attempts end at most a few per second: a window of recent
+  // ones is enough.
+  constexpr std::size_t kRemembered = 4096;
+  if (std::find(finished_.begin(), finished_.end(), key) != finished_.end()) return;
+  finished_.push_back(key);
+  if (finished_.size() > kRemembered) finished_.pop_front();
 }
 
 void Agent::on_log_request(const protocol::LogRequest& m) {

@@ -83,10 +83,12 @@ class Agent {
   void finish_kill(const Key& key);
   void verify_gone(const Key& key, int tries);
   void maybe_forget(const Key& key);
+  void remember_finished(const Key& key);
   void release_job_resources(Job& job);
   std::string log_path(model::JobId job, int attempt, int rank) const;
   std::string marker_path(model::JobId job, int attempt, int rank) const;
   void kill_orphans();
+  Result<std::string> load_agent_id() const;
   void run_preflight();
 
   net::EventLoop& loop_;
@@ -103,6 +105,8 @@ class Agent {
   Duration heartbeat_interval_ = std::chrono::seconds(1);
   std::deque<std::string> outbox_;   // encoded messages waiting for the link
   std::map<Key, Job> jobs_;
+  std::deque<Key> finished_;         // attempts that ended here, most recent last
+  std::string agent_id_;             // CORRAL_AGENT_ID of the ranks started here
   std::string interface_;
   std::string health_error_;
 };

@@ -1,5 +1,6 @@
 #include "agent/launcher.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -10,7 +11,9 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace corral::agent {
 
@@ -114,6 +117,49 @@ Result<pid_t> spawn(const ProcessSpec& spec) {
 bool signal_group(pid_t pgid, int signal) { return pgid > 0 && ::kill(-pgid, signal) == 0; }
 
 bool group_alive(pid_t pgid) { return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM); }
+
+std::vector<pid_t> attempt_processes(long long job, int attempt, const std::string& agent_id, const std::string& proc) {
+  const std::string want_job = "CORRAL_JOB_ID=" + std::to_string(job);
+  const std::string want_attempt = "CORRAL_ATTEMPT=" + std::to_string(attempt);
+  const std::string want_agent = std::string(kAgentIdVariable) + "=" + agent_id;
+  std::vector<pid_t> out;
+  DIR* dir = ::opendir(proc.c_str());
+  if (dir == nullptr) return out;
+  pid_t self = ::getpid();
+  std::string env;
+  char buf[16384];
+  while (dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == self) continue;
+    int fd = ::open((proc + "/" + e->d_name + "/environ").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // gone meanwhile, or a kernel thread
+    env.clear();
+    // Environments are bounded by ARG_MAX; read it all.
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      env.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    bool has_job = false;
+    bool has_attempt = false;
+    bool has_agent = false;
+    for (std::size_t at = 0; at < env.size();) {
+      std::size_t nul = env.find('\0', at);
+      if (nul == std::string::npos) nul = env.size();
+      std::string_view entry(env.data() + at, nul - at);
+      has_job = has_job || entry == want_job;
+      has_attempt = has_attempt || entry == want_attempt;
+      has_agent = has_agent || entry == want_agent;
+      at = nul + 1;
+    }
+    if (has_job && has_attempt && has_agent) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(dir);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));

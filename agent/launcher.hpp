@@ -45,6 +45,18 @@ bool signal_group(pid_t pgid, int signal);
 // Whether any process of the group still exists.
 bool group_alive(pid_t pgid);
 
+// The variable that names the agent that started a rank; with CORRAL_JOB_ID and
+// CORRAL_ATTEMPT it tells which processes are left of an attempt on this node (two agents
+// on one machine, or two clusters, run ranks of the same job id and attempt).
+inline constexpr const char* kAgentIdVariable = "CORRAL_AGENT_ID";
+
+// Processes whose environment carries CORRAL_JOB_ID=`job`, CORRAL_ATTEMPT=`attempt` and
+// CORRAL_AGENT_ID=`agent_id`: what is left of an attempt, also processes that left their
+// rank's process group (setsid, double fork). Reads /proc/PID/environ (the agent runs as
+// root); skips the calling process. `proc` is the procfs root (tests point it elsewhere).
+std::vector<pid_t> attempt_processes(long long job, int attempt, const std::string& agent_id,
+                                     const std::string& proc = "/proc");
+
 // "exited with code 3" / "killed by signal 9 (Killed)" from a waitpid status.
 std::string describe_status(int status);
 

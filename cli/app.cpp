@@ -78,6 +78,10 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   bool nodes_json = false;
   auto* nodes = app.add_subcommand("nodes", "List nodes and their GPUs");
   nodes->add_flag("--json", nodes_json, "Print the coordinator's JSON list");
+  NodeOptions clear_opts;
+  nodes->add_option("--clear", clear_opts.node,
+                    "Declare the ranks on NODE dead (admin): for a node that will not come back, frees "
+                    "the GPUs and ports its unconfirmed ranks hold");
 
   JobOptions cancel_opts;
   auto* cancel = app.add_subcommand("cancel", "Cancel a job (its owner or an admin)");
@@ -138,6 +142,10 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   if (*submit) return run_submit(cc, submit_opts);
   if (*queue) return run_queue(cc, queue_opts);
   if (*show) return run_show(cc, show_opts);
+  if (*nodes && !clear_opts.node.empty()) {
+    clear_opts.json = nodes_json;
+    return run_clear(cc, clear_opts);
+  }
   if (*nodes) return run_nodes(cc, nodes_json);
   if (*cancel) return run_cancel(cc, cancel_opts);
   if (*wait) return run_wait(cc, wait_opts);

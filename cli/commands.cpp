@@ -271,4 +271,25 @@ int run_resume(CommandContext& ctx, const NodeOptions& options) {
   return node_action(ctx, options, false);
 }
 
+int run_clear(CommandContext& ctx, const NodeOptions& options) {
+  auto r = call(ctx, "POST", "/v1/nodes/" + net::percent_encode(options.node) + "/clear");
+  if (!r) return fail(ctx, r.error());
+  if (options.json) return print_json(ctx, *r);
+  Json doc = Json::parse(*r, nullptr, false);
+  std::vector<std::string> ids;
+  if (doc.is_object() && doc.contains("cleared") && doc["cleared"].is_array()) {
+    for (const auto& j : doc["cleared"]) {
+      if (j.is_object() && j.contains("id") && j["id"].is_number_integer()) ids.push_back(std::to_string(j["id"].get<long long>()));
+    }
+  }
+  if (ids.empty()) {
+    ctx.out << "No job was waiting for ranks on " << options.node << "\n";
+  } else {
+    std::string list;
+    for (const auto& id : ids) list += (list.empty() ? "" : ", ") + id;
+    ctx.out << "Ranks on " << options.node << " declared dead; job(s) " << list << " no longer wait for them\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace corral::cli

@@ -76,6 +76,9 @@ int run_cancel(CommandContext& ctx, const JobOptions& options);
 int run_wait(CommandContext& ctx, const WaitOptions& options);
 int run_logs(CommandContext& ctx, const LogsOptions& options);
 int run_drain(CommandContext& ctx, const NodeOptions& options);
+// `corral nodes --clear NODE` (admin): the node will not come back; its ranks that were
+// never confirmed dead are declared so, and the GPUs and ports they fenced are freed.
+int run_clear(CommandContext& ctx, const NodeOptions& options);
 int run_resume(CommandContext& ctx, const NodeOptions& options);
 
 }  // namespace corral::cli

@@ -177,7 +177,9 @@ std::string format_job(const JobInfo& job, TimePoint now) {
   fields.emplace_back("ID", std::to_string(job.id));
   fields.emplace_back("Name", cell(job.name));
   fields.emplace_back("User", cell(job.user));
-  fields.emplace_back("State", cell(job.state));
+  fields.emplace_back("State", cell(job.state) + (job.state == "ENDING" && !job.outcome.empty()
+                                                      ? " (" + cell(job.outcome) + " once every rank is gone)"
+                                                      : std::string()));
   fields.emplace_back("Reason", cell(job.reason));
   if (!job.detail.empty()) fields.emplace_back("Detail", clean(job.detail));
   fields.emplace_back("Attempt", std::to_string(job.attempt));
@@ -200,6 +202,16 @@ std::string format_job(const JobInfo& job, TimePoint now) {
                             (job.failed_node.empty() ? std::string() : " on " + clean(job.failed_node)));
   }
   if (job.exit_code) fields.emplace_back("Exit code", std::to_string(*job.exit_code));
+  if (job.state == "ENDING") {
+    // Which ranks hold the job's GPUs: not yet confirmed dead by their agents.
+    std::vector<std::string> waiting;
+    for (const auto& k : job.ranks) {
+      if (k.gone) continue;
+      bool alive = k.state == "PENDING" || k.state == "RUNNING";
+      waiting.push_back(std::to_string(k.rank) + " on " + clean(k.node) + (alive ? " (running)" : ""));
+    }
+    if (!waiting.empty()) fields.emplace_back("Waiting for", "ranks " + join(waiting, ", ") + " to be confirmed gone");
+  }
 
   std::size_t key_width = 0;
   for (const auto& [key, value] : fields) key_width = std::max(key_width, key.size() + 1);

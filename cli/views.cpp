@@ -69,6 +69,7 @@ RankInfo read_rank(const Json& j, const std::string& path, JsonReader& parent) {
   k.state = text(r, "state");
   k.exit_code = opt_int(r, "exit_code");
   k.signal = opt_int(r, "signal");
+  k.gone = r.boolean("gone", false);
   parent.absorb(r);
   return k;
 }
@@ -97,6 +98,7 @@ JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
   job.failed_rank = opt_int(r, "failed_rank");
   job.failed_node = text(r, "failed_node");
   job.exit_code = opt_int(r, "exit_code");
+  if (r.raw("outcome", false) != nullptr) job.outcome = text(r, "outcome");
   if (const Json* ranks = r.array("ranks", kMaxItems, false)) {
     for (std::size_t i = 0; i < ranks->size(); ++i)
       job.ranks.push_back(read_rank((*ranks)[i], r.item_path("ranks", i), r));

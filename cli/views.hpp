@@ -22,9 +22,10 @@ struct RankInfo {
   std::vector<int> gpus;
   std::vector<std::string> gpu_uuids;
   std::optional<std::int64_t> pid;
-  std::string state;  // PENDING, RUNNING, EXITED, KILLED
+  std::string state;  // PENDING, RUNNING, EXITED, KILLED, LOST
   std::optional<int> exit_code;
   std::optional<int> signal;
+  bool gone = false;  // its agent confirmed nothing of it is left
 };
 
 struct EventInfo {
@@ -54,6 +55,7 @@ struct JobInfo {
   std::optional<int> failed_rank;
   std::string failed_node;
   std::optional<int> exit_code;
+  std::string outcome;  // ENDING: the state it takes once every rank is gone
   std::vector<RankInfo> ranks;
   std::vector<EventInfo> events;
 

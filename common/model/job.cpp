@@ -7,6 +7,7 @@ std::string_view to_string(JobState state) {
     case JobState::Pending: return "PENDING";
     case JobState::Starting: return "STARTING";
     case JobState::Running: return "RUNNING";
+    case JobState::Ending: return "ENDING";
     case JobState::Completed: return "COMPLETED";
     case JobState::Failed: return "FAILED";
     case JobState::Cancelled: return "CANCELLED";
@@ -36,7 +37,27 @@ bool is_terminal(JobState state) {
   }
 }
 
-bool holds_resources(JobState state) { return state == JobState::Starting || state == JobState::Running; }
+bool holds_resources(JobState state) {
+  return state == JobState::Starting || state == JobState::Running || state == JobState::Ending;
+}
+
+std::string_view to_string(RankState state) {
+  switch (state) {
+    case RankState::Pending: return "PENDING";
+    case RankState::Running: return "RUNNING";
+    case RankState::Exited: return "EXITED";
+    case RankState::Killed: return "KILLED";
+    case RankState::Lost: return "LOST";
+  }
+  return "UNKNOWN";
+}
+
+std::optional<RankState> parse_rank_state(std::string_view text) {
+  for (RankState s : kAllRankStates) {
+    if (to_string(s) == text) return s;
+  }
+  return std::nullopt;
+}
 
 std::vector<RankAssignment> assign_ranks(const JobSpec& spec, const Allocation& alloc) {
   std::vector<RankAssignment> ranks;

@@ -2,6 +2,7 @@
 // Job lifecycle values shared by the coordinator, the store, the protocol and the CLI.
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,16 +14,32 @@ namespace corral::model {
 
 using JobId = std::int64_t;
 
-enum class JobState { Pending, Starting, Running, Completed, Failed, Cancelled, Timeout, NodeFail };
-inline constexpr JobState kAllJobStates[] = {JobState::Pending,   JobState::Starting,  JobState::Running,
-                                             JobState::Completed, JobState::Failed,    JobState::Cancelled,
-                                             JobState::Timeout,   JobState::NodeFail};
+// ENDING: the outcome is decided (completed, failed, cancelled, timed out, requeued), but
+// the job keeps its GPUs and master port until every agent has confirmed that no process
+// of the attempt is left (like Slurm's COMPLETING).
+enum class JobState { Pending, Starting, Running, Ending, Completed, Failed, Cancelled, Timeout, NodeFail };
+inline constexpr JobState kAllJobStates[] = {JobState::Pending,   JobState::Starting, JobState::Running,
+                                             JobState::Ending,    JobState::Completed, JobState::Failed,
+                                             JobState::Cancelled, JobState::Timeout,  JobState::NodeFail};
+inline constexpr int kJobStateCount = static_cast<int>(std::size(kAllJobStates));
 // "PENDING", "NODE_FAIL", ...
 std::string_view to_string(JobState state);
 std::optional<JobState> parse_job_state(std::string_view text);
 bool is_terminal(JobState state);
-// STARTING or RUNNING: the job holds GPUs and a port.
+// STARTING, RUNNING or ENDING: the job holds GPUs and a port.
 bool holds_resources(JobState state);
+
+// One rank of an attempt, as the coordinator knows it. PENDING: not started yet;
+// RUNNING: its agent reported it started; EXITED: it ended by itself (exit code or
+// signal); KILLED: it ended after the coordinator asked its agent to kill it; LOST: its
+// agent does not know it (after a restart or reconnect) or never came back.
+enum class RankState { Pending, Running, Exited, Killed, Lost };
+inline constexpr RankState kAllRankStates[] = {RankState::Pending, RankState::Running, RankState::Exited,
+                                               RankState::Killed, RankState::Lost};
+std::string_view to_string(RankState state);
+std::optional<RankState> parse_rank_state(std::string_view text);
+// The rank's process is over (it may still have left processes behind: see `gone`).
+inline bool rank_ended(RankState s) { return s == RankState::Exited || s == RankState::Killed || s == RankState::Lost; }
 
 // The GPUs of one node given to a job, in allocation order.
 struct NodeAllocation {

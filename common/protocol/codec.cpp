@@ -69,6 +69,8 @@ std::string encode(const AgentMessage& message) {
             return Json{{"type", "log_data"}, {"request", m.request}, {"data", m.data},      {"offset", m.offset},
                         {"size", m.size},     {"finished", m.finished}, {"error", m.error}};
           },
+          [](const Synced&) { return Json{{"type", "synced"}}; },
+          [](const AttemptGone& m) { return Json{{"type", "attempt_gone"}, {"job", m.job}, {"attempt", m.attempt}}; },
       },
       message);
   // Logs may hold any bytes: replace invalid UTF-8 rather than fail.
@@ -176,6 +178,13 @@ Result<AgentMessage> decode_agent(const Json& j) {
     out = std::move(m);
   } else if (type == "heartbeat") {
     out = Heartbeat{};
+  } else if (type == "synced") {
+    out = Synced{};
+  } else if (type == "attempt_gone") {
+    AttemptGone m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    out = m;
   } else if (type == "health") {
     out = Health{r.str("error", 4096, "")};
   } else if (type == "prepare_result") {
@@ -331,7 +340,8 @@ Result<CoordinatorMessage> decode_coordinator_message(std::string_view text) {
 
 std::string_view type_name(const AgentMessage& message) {
   static constexpr std::string_view kNames[] = {"hello", "heartbeat", "health", "prepare_result",
-                                                "rank_started", "rank_exited", "log_data"};
+                                                "rank_started", "rank_exited", "log_data", "synced",
+                                                "attempt_gone"};
   return kNames[message.index()];
 }
 

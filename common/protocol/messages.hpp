@@ -15,7 +15,8 @@
 
 namespace corral::protocol {
 
-inline constexpr int kProtocolVersion = 1;
+// 2: Synced and AttemptGone; Kill is answered by AttemptGone.
+inline constexpr int kProtocolVersion = 2;
 
 // A rank process an agent runs.
 struct RunningRank {
@@ -95,7 +96,25 @@ struct LogData {
   bool operator==(const LogData&) const = default;
 };
 
-using AgentMessage = std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData>;
+// Sent once after each Welcome, after every message held back while the link was down:
+// from here on the coordinator knows all the agent knows, and a rank of this node that
+// it still counts as running but the agent neither runs nor reported is truly lost.
+struct Synced {
+  bool operator==(const Synced&) const = default;
+};
+
+// No process of this attempt is left on the node: every rank's process group is empty
+// and no process carries the attempt's CORRAL_JOB_ID and CORRAL_ATTEMPT. Sent when the
+// node's ranks of the attempt have all ended, and in answer to every Kill (also for an
+// attempt the agent never ran or has forgotten).
+struct AttemptGone {
+  model::JobId job = 0;
+  int attempt = 0;
+  bool operator==(const AttemptGone&) const = default;
+};
+
+using AgentMessage =
+    std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData, Synced, AttemptGone>;
 
 // ---- coordinator -> agent
 

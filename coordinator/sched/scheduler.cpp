@@ -102,7 +102,8 @@ Result<std::vector<Decision>> Scheduler::set_node_state(std::string_view name, m
 std::vector<Decision> Scheduler::lose_node(const std::string& name, const std::string& reason, TimePoint now) {
   std::vector<model::JobId> lost;
   for (const auto& [id, job] : jobs_) {
-    if (!job.allocation) continue;
+    // An ENDING job's outcome is decided; its ranks there stay unconfirmed (fenced).
+    if (!job.allocation || job.state == JobState::Ending) continue;
     for (const auto& na : job.allocation->nodes) {
       if (na.node == name) {
         lost.push_back(id);
@@ -121,6 +122,18 @@ std::vector<Decision> Scheduler::lose_node(const std::string& name, const std::s
     decisions.insert(decisions.end(), more->begin(), more->end());
   }
   return decisions;
+}
+
+Result<void> Scheduler::set_reachable(std::string_view name, bool reachable) {
+  auto it = node_index_.find(std::string(name));
+  if (it == node_index_.end()) return make_error(ErrorCode::NotFound, "no node named " + std::string(name));
+  nodes_[static_cast<std::size_t>(it->second)].reachable = reachable;
+  return {};
+}
+
+bool Scheduler::reachable(std::string_view name) const {
+  auto it = node_index_.find(std::string(name));
+  return it != node_index_.end() && nodes_[static_cast<std::size_t>(it->second)].reachable;
 }
 
 const model::Node* Scheduler::node(std::string_view name) const {
@@ -246,8 +259,15 @@ Result<void> Scheduler::add_pending(model::JobId id, std::string user, model::Jo
 
 Result<void> Scheduler::restore_active(SchedJob job) {
   if (!model::holds_resources(job.state) || !job.allocation) {
-    return make_error(ErrorCode::InvalidArgument, "job " + std::to_string(job.id) + " is not STARTING or RUNNING with an allocation");
+    return make_error(ErrorCode::InvalidArgument,
+                      "job " + std::to_string(job.id) + " is not STARTING, RUNNING or ENDING with an allocation");
   }
+  if ((job.state == JobState::Ending) != job.outcome.has_value()) {
+    return make_error(ErrorCode::InvalidArgument, "job " + std::to_string(job.id) + " is " +
+                                                      std::string(model::to_string(job.state)) +
+                                                      (job.outcome ? " with" : " without") + " an outcome");
+  }
+  job.released_nodes.clear();
   if (jobs_.contains(job.id)) return make_error(ErrorCode::Conflict, "job " + std::to_string(job.id) + " exists");
   const auto& alloc = *job.allocation;
   if (alloc.nodes.empty()) return make_error(ErrorCode::InvalidArgument, "job " + std::to_string(job.id) + " has an empty allocation");
@@ -298,7 +318,7 @@ Result<std::vector<Decision>> Scheduler::on_event(model::JobId id, int attempt, 
     return make_error(ErrorCode::InvalidArgument, "only a scheduling pass places jobs");
   }
   bool retry_left = job.attempt < job.spec.retries;
-  auto t = next_state(job.state, event, retry_left);
+  auto t = next_state(job.state, event, retry_left, job.outcome);
   if (!t) return std::unexpected(t.error().with_context("job " + std::to_string(id)));
   if (event == JobEvent::PortBusy && job.allocation) {
     ports_.mark_busy(job.allocation->master_addr, job.allocation->master_port, now + options_.busy_port_hold);
@@ -324,11 +344,13 @@ void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint no
   job.allocation = alloc;
 }
 
-void Scheduler::release(SchedJob& job, TimePoint now) {
-  if (!job.allocation) return;
-  fair_share_.advance(now, gpus_by_user_);
+int Scheduler::release_on(SchedJob& job, const std::string& node) {
+  if (!job.allocation) return 0;
+  if (std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end()) return 0;
+  job.released_nodes.push_back(node);
   int count = 0;
   for (const auto& na : job.allocation->nodes) {
+    if (na.node != node) continue;
     auto it = node_index_.find(na.node);
     if (it == node_index_.end()) continue;
     NodeSlot& slot = nodes_[static_cast<std::size_t>(it->second)];
@@ -340,13 +362,38 @@ void Scheduler::release(SchedJob& job, TimePoint now) {
       ++count;
     }
   }
-  ports_.release(job.allocation->master_addr, job.allocation->master_port, job.id);
+  if (!job.allocation->nodes.empty() && job.allocation->nodes.front().node == node) {
+    ports_.release(job.allocation->master_addr, job.allocation->master_port, job.id);
+  }
   auto user = gpus_by_user_.find(job.user);
   if (user != gpus_by_user_.end()) {
     user->second -= count;
     if (user->second <= 0) gpus_by_user_.erase(user);
   }
+  return count;
+}
+
+void Scheduler::release(SchedJob& job, TimePoint now) {
+  if (!job.allocation) return;
+  fair_share_.advance(now, gpus_by_user_);
+  for (const auto& na : job.allocation->nodes) release_on(job, na.node);
   job.allocation.reset();
+  job.released_nodes.clear();
+}
+
+Result<void> Scheduler::release_node(model::JobId id, std::string_view node, TimePoint now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return make_error(ErrorCode::NotFound, "no live job " + std::to_string(id));
+  SchedJob& job = it->second;
+  if (job.state != JobState::Ending || !job.allocation) {
+    return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " is not ENDING");
+  }
+  bool runs_there = std::any_of(job.allocation->nodes.begin(), job.allocation->nodes.end(),
+                                [&](const auto& na) { return na.node == node; });
+  if (!runs_there) return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " has no GPU on " + std::string(node));
+  fair_share_.advance(now, gpus_by_user_);
+  release_on(job, std::string(node));
+  return {};
 }
 
 std::string Scheduler::describe(const SchedJob& job, const JobChange& change) const {
@@ -362,6 +409,10 @@ std::string Scheduler::describe(const SchedJob& job, const JobChange& change) co
       text += "]";
     }
     text += " master " + change.allocation->master_addr + ":" + std::to_string(change.allocation->master_port);
+  }
+  if (change.to == JobState::Ending && change.outcome) {
+    std::string then = *change.outcome == JobState::Pending ? "requeued" : std::string(model::to_string(*change.outcome));
+    text += " (" + then + " once every rank is gone)";
   }
   if (change.to == JobState::Pending && change.from != JobState::Pending) {
     text += " (attempt " + std::to_string(job.attempt) + ")";
@@ -390,13 +441,14 @@ std::vector<Decision> Scheduler::apply(SchedJob& job, const Transition& t, JobEv
   change.to = t.to;
   change.event = event;
   change.info = info;
+  change.outcome = t.outcome;
   std::optional<KillRanks> kill;
-  if (model::holds_resources(job.state) && !model::holds_resources(t.to)) {
-    change.allocation = job.allocation;
-    // Every rank has exited by itself, or none was started (PortBusy answers PREPARE,
-    // before any LAUNCH): nothing to kill. Otherwise the whole gang goes, except on a
-    // lost node nobody can reach; its agent kills orphans when it comes back.
-    if (event != JobEvent::AllRanksExitedOk && event != JobEvent::PortBusy && job.allocation) {
+  if (t.to == JobState::Ending) {
+    // The outcome is decided; the GPUs and port stay held until the agents confirm that
+    // nothing of the attempt is left. Every rank has exited by itself: the agents confirm
+    // on their own. Otherwise the whole gang goes, except on a lost node nobody can reach;
+    // its agent is told when it comes back.
+    if (event != JobEvent::AllRanksExitedOk && job.allocation) {
       KillRanks k{job.id, job.attempt, {}};
       for (const auto& na : job.allocation->nodes) {
         if (event == JobEvent::NodeLost && na.node == info.node) continue;
@@ -404,10 +456,14 @@ std::vector<Decision> Scheduler::apply(SchedJob& job, const Transition& t, JobEv
       }
       if (!k.nodes.empty()) kill = std::move(k);
     }
+  } else if (model::holds_resources(job.state) && !model::holds_resources(t.to)) {
+    // RanksGone, or PortBusy (answers PREPARE, before any LAUNCH): nothing runs.
+    change.allocation = job.allocation;
     release(job, now);
   }
   if (t.new_attempt) ++job.attempt;
   job.state = t.to;
+  job.outcome = t.outcome;
   if (t.to == JobState::Pending) {
     job.started_at.reset();
     job.reason = {PendingCode::Resources, "requeued"};
@@ -432,7 +488,8 @@ Capacity Scheduler::build(View view) const {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const NodeSlot& slot = nodes_[i];
     auto state = slot.node.state;
-    bool include = state == model::NodeState::Up || (view == View::IdleUpOrDrained && state == model::NodeState::Drained) ||
+    bool include = (slot.reachable && (state == model::NodeState::Up ||
+                                       (view == View::IdleUpOrDrained && state == model::NodeState::Drained))) ||
                    view == View::IdleAll;
     if (!include) continue;
     masks.clear();
@@ -565,7 +622,11 @@ PendingReason Scheduler::diagnose(const model::JobSpec& spec, const std::vector<
   auto nodes_in = [&](model::NodeState state) {
     std::string names;
     for (const auto& slot : nodes_) {
-      if (slot.node.state == state) names += (names.empty() ? "" : ", ") + slot.node.name;
+      bool down = slot.node.state == model::NodeState::Down || !slot.reachable;
+      bool match = state == model::NodeState::Down ? down : (slot.node.state == state && !down);
+      if (!match) continue;
+      names += (names.empty() ? "" : ", ") + slot.node.name;
+      if (down && slot.node.state != model::NodeState::Down) names += " (agent not connected)";
     }
     return names;
   };
@@ -604,7 +665,7 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
   // Time limits first, so their GPUs are free for this pass.
   std::vector<model::JobId> expired;
   for (const auto& [id, job] : jobs_) {
-    if (model::holds_resources(job.state) && job.spec.time_limit && job.started_at &&
+    if ((job.state == JobState::Starting || job.state == JobState::Running) && job.spec.time_limit && job.started_at &&
         now >= *job.started_at + *job.spec.time_limit) {
       expired.push_back(id);
     }
@@ -740,7 +801,9 @@ void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, c
   std::vector<Ending> endings;
   for (const auto& [id, job] : jobs_) {
     if (!job.allocation) continue;
-    if (job.spec.time_limit && job.started_at) {
+    if (job.state == JobState::Ending) {
+      endings.push_back({now, true, &job});  // its ranks are being stopped
+    } else if (job.spec.time_limit && job.started_at) {
       endings.push_back({*job.started_at + *job.spec.time_limit, true, &job});
     } else {
       endings.push_back({TimePoint::max(), false, &job});
@@ -756,10 +819,12 @@ void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, c
   TimePoint when = now;
   for (const Ending& e : endings) {
     const auto& alloc = *e.job->allocation;
+    const auto& released = e.job->released_nodes;
     for (const auto& na : alloc.nodes) {
       int idx = node_index_.at(na.node);
       const NodeSlot& slot = nodes_[static_cast<std::size_t>(idx)];
-      if (slot.node.state != model::NodeState::Up) continue;
+      if (slot.node.state != model::NodeState::Up || !slot.reachable) continue;
+      if (std::find(released.begin(), released.end(), na.node) != released.end()) continue;  // free already
       for (int g : na.gpus) {
         int pos = slot.position.at(g);
         future.add_free(idx, slot.layout.gpu_class[static_cast<std::size_t>(pos)], pos);

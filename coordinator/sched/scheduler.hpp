@@ -35,7 +35,9 @@ struct SchedJob {
   int attempt = 0;
   TimePoint submitted_at{};
   std::optional<TimePoint> started_at;        // when it last entered STARTING
-  std::optional<model::Allocation> allocation;  // while STARTING or RUNNING
+  std::optional<model::Allocation> allocation;  // while STARTING, RUNNING or ENDING
+  std::optional<model::JobState> outcome;      // while ENDING: where it goes when its ranks are gone
+  std::vector<std::string> released_nodes;     // while ENDING: nodes whose ranks are confirmed gone
   PendingReason reason;                        // while PENDING
   std::vector<std::pair<int, int>> shapes;     // candidate (nodes, GPUs per node), fewest nodes first
 };
@@ -55,7 +57,10 @@ struct JobChange {
   model::JobState to = model::JobState::Pending;
   JobEvent event = JobEvent::Schedule;
   int attempt = 0;                              // after the change
-  // to == STARTING: the new allocation. Leaving STARTING/RUNNING: the one released.
+  // to == ENDING: the state it takes once every rank is confirmed gone.
+  std::optional<model::JobState> outcome;
+  // to == STARTING: the new allocation. Leaving ENDING (or STARTING on PortBusy): the one
+  // released.
   std::optional<model::Allocation> allocation;
   EventInfo info;
   std::string text;                             // for the job event log
@@ -92,6 +97,12 @@ class Scheduler {
   Result<std::vector<Decision>> update_node(const model::Node& node, TimePoint now);
   Result<std::vector<Decision>> set_node_state(std::string_view name, model::NodeState state,
                                                std::string reason, TimePoint now);
+  // Whether the node's agent is connected. A node that is not gets no new job (pending
+  // reason NodeDown); its jobs are not lost by this alone (node_timeout decides that).
+  // A node is reachable when first added; the coordinator marks the nodes it reloads
+  // after a restart unreachable until their agent says hello.
+  Result<void> set_reachable(std::string_view name, bool reachable);
+  bool reachable(std::string_view name) const;
   const model::Node* node(std::string_view name) const;
   std::vector<const model::Node*> nodes() const;
   // The job holding GPU `gpu_index` of `node`, if any.
@@ -104,12 +115,17 @@ class Scheduler {
   // A new job, or one reloaded after a restart, in PENDING.
   Result<void> add_pending(model::JobId id, std::string user, model::JobSpec spec, TimePoint submitted_at,
                            int attempt = 0);
-  // A job reloaded after a restart in STARTING or RUNNING: holds its GPUs and port again.
+  // A job reloaded after a restart in STARTING, RUNNING or ENDING (with its outcome):
+  // holds its GPUs and port again (all of them: the caller releases confirmed nodes).
   Result<void> restore_active(SchedJob job);
   // Feeds an event about a job's attempt. Conflict for stale attempts and events that do
   // not apply in the job's state; NotFound for unknown jobs.
   Result<std::vector<Decision>> on_event(model::JobId id, int attempt, JobEvent event, TimePoint now,
                                          const EventInfo& info = {});
+  // An ENDING job's ranks on `node` are confirmed gone: that node's GPUs (and the master
+  // port, if it is the first node) serve other jobs from now on. The job keeps the rest
+  // until RanksGone. NotFound / Conflict when the job is not ENDING on that node.
+  Result<void> release_node(model::JobId id, std::string_view node, TimePoint now);
   const SchedJob* job(model::JobId id) const;
   std::size_t live_jobs() const { return jobs_.size(); }
 
@@ -129,6 +145,7 @@ class Scheduler {
   struct NodeSlot {
     model::Node node;
     NodeLayout layout;
+    bool reachable = true;                       // its agent is connected
     std::vector<model::JobId> holder;            // by GPU position; 0 = free
     std::unordered_map<int, int> position;       // GPU index -> position
   };
@@ -158,6 +175,9 @@ class Scheduler {
 
   void hold(SchedJob& job, const model::Allocation& alloc, TimePoint now);
   void release(SchedJob& job, TimePoint now);
+  // Frees the GPUs the job holds on one node (and the port if it lives there); returns
+  // how many GPUs were freed.
+  int release_on(SchedJob& job, const std::string& node);
   std::vector<Decision> apply(SchedJob& job, const Transition& t, JobEvent event, TimePoint now,
                               const EventInfo& info);
   std::string describe(const SchedJob& job, const JobChange& change) const;

@@ -8,6 +8,7 @@
 
 #include "common/protocol/codec.hpp"
 #include "coordinator/service/coordinator.hpp"
+#include "coordinator/store/store_rules.hpp"
 
 namespace corral::service {
 
@@ -36,9 +37,12 @@ void Coordinator::on_ws_close(const std::shared_ptr<net::WsConnection>& conn) {
   auto it = links_.find(conn->peer_cn());
   if (it == links_.end() || it->second.conn != conn) return;
   it->second.connected = false;
+  it->second.synced = false;
   it->second.conn.reset();
   spdlog::info("agent {} disconnected", conn->peer_cn());
   // The node is not down yet: it has node_timeout from its last heartbeat to come back.
+  // Its jobs stay, but no new job goes there (pending reason NodeDown) until it does.
+  (void)scheduler_.set_reachable(conn->peer_cn(), false);
 }
 
 void Coordinator::send(const std::string& node, const protocol::CoordinatorMessage& message) {
@@ -74,6 +78,8 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
                  [&](protocol::RankStarted& m) { on_rank_started(node, m); },
                  [&](protocol::RankExited& m) { on_rank_exited(node, m); },
                  [&](protocol::LogData& m) { on_log_data(node, m); },
+                 [&](protocol::Synced&) { on_synced(node); },
+                 [&](protocol::AttemptGone& m) { on_attempt_gone(node, m); },
              },
              *decoded);
 }
@@ -124,6 +130,8 @@ void Coordinator::on_hello(const std::shared_ptr<net::WsConnection>& conn, proto
   link.cuda = hello.cuda;
   link.reported = hello.running;
   link.lost = false;
+  link.synced = false;
+  ++link.generation;
 
   model::Node node;
   node.name = name;
@@ -148,27 +156,125 @@ void Coordinator::on_hello(const std::shared_ptr<net::WsConnection>& conn, proto
     link.conn.reset();
     return;
   }
+  (void)scheduler_.set_reachable(name, true);
   spdlog::info("agent {} joined: {} GPU(s), address {}{}", name, node.gpus.size(), node.address,
                node.simulated ? ", simulated" : "");
   send(name, protocol::Welcome{protocol::kProtocolVersion, config_.heartbeat_interval.count(),
                                config_.kill_grace.count()});
   node_changed(*scheduler_.node(name), *decisions);
-  if (in_grace_) {
-    // End the wait as soon as every node that runs a job has reported.
-    bool all = true;
-    for (const auto& [id, job] : jobs_) {
-      if (!job.record.allocation) continue;
-      for (const auto& na : job.record.allocation->nodes) all = all && links_[na.node].connected;
+  // Its ranks are judged once it has Synced: the reports it held back come first.
+}
+
+// Every report the agent held back has been applied: what it neither runs (its Hello)
+// nor reported is not running there. Such a rank is lost, and only then; a restart of
+// ours alone never fails or requeues a job.
+void Coordinator::on_synced(const std::string& node) {
+  Link& link = links_[node];
+  link.synced = true;
+  std::vector<model::JobId> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (model::JobId id : ids) {
+    Job* job = live_job(id);
+    if (job == nullptr) continue;
+    auto& rec = job->record;
+    if (rec.state != JobState::Starting && rec.state != JobState::Running) continue;
+    auto sent = job->launched_on.find(node);
+    for (const auto& r : rec.ranks) {
+      if (r.node != node || model::rank_ended(r.state)) continue;
+      // A rank not started yet is only missing if its Launch went out on an earlier
+      // connection (or before our restart); one not sent yet, or sent on this
+      // connection, will be reported.
+      if (r.state == model::RankState::Pending &&
+          (sent == job->launched_on.end() || sent->second >= link.generation)) {
+        continue;
+      }
+      bool runs = std::any_of(link.reported.begin(), link.reported.end(), [&](const auto& rr) {
+        return rr.job == id && rr.attempt == rec.attempt && rr.rank == r.rank;
+      });
+      if (runs) continue;
+      sched::EventInfo info;
+      info.rank = r.rank;
+      info.node = node;
+      info.message = "rank " + std::to_string(r.rank) + " is not running on " + node + ": its agent does not know it";
+      spdlog::warn("job {}: {}", id, info.message);
+      for (auto& rr : rec.ranks) {
+        if (rr.node == node && !model::rank_ended(rr.state)) rr.state = model::RankState::Lost;
+      }
+      persist_job(*job, "");
+      job_event(id, rec.attempt, sched::JobEvent::NodeLost, info);
+      break;
     }
-    if (all) end_grace();
-  } else {
-    reconcile(name);
   }
+  kill_unconfirmed(node);
+  reconcile(node);
+  if (in_grace_ && all_running_nodes_synced()) end_grace();
+}
+
+void Coordinator::kill_unconfirmed(const std::string& node) {
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state != JobState::Ending) continue;
+    bool waiting = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
+                               [&](const auto& r) { return r.node == node && !r.gone; });
+    if (!waiting) continue;
+    protocol::Kill msg{id, job.record.attempt, config_.kill_grace.count()};
+    committer_.then([this, node, msg] { send(node, msg); });
+  }
+}
+
+void Coordinator::on_attempt_gone(const std::string& node, const protocol::AttemptGone& m) {
+  Job* job = live_job(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt) return;  // stale: already over
+  bool there = std::any_of(job->record.ranks.begin(), job->record.ranks.end(),
+                           [&](const auto& r) { return r.node == node; });
+  if (!there) return;  // a node may only speak for its own ranks
+  confirm_gone(*job, node, "");
+}
+
+void Coordinator::confirm_gone(Job& job, const std::string& node, const std::string& why) {
+  auto& rec = job.record;
+  model::JobId id = rec.id;
+  int attempt = rec.attempt;
+  bool changed = false;
+  std::optional<int> not_ended;
+  for (auto& r : rec.ranks) {
+    if (r.node != node || r.gone) continue;
+    if (!model::rank_ended(r.state)) {
+      // The agent has nothing of this rank left: it never ran, or ended unreported.
+      if (!not_ended) not_ended = r.rank;
+      r.state = model::RankState::Lost;
+    }
+    r.gone = true;
+    changed = true;
+  }
+  if (!changed) return;
+  persist_job(job, why);
+  if (rec.state == JobState::Ending) return settle_ending(job);
+  if (not_ended) {
+    sched::EventInfo info;
+    info.rank = *not_ended;
+    info.node = node;
+    info.message = "rank " + std::to_string(*not_ended) + " is not running on " + node;
+    job_event(id, attempt, sched::JobEvent::NodeLost, info);
+  }
+}
+
+void Coordinator::settle_ending(Job& job) {
+  const auto& rec = job.record;
+  if (rec.state != JobState::Ending || !rec.allocation) return;
+  bool released = false;
+  for (const auto& na : rec.allocation->nodes) {
+    if (store::node_released(rec, na.node)) released = scheduler_.release_node(rec.id, na.node, clock_.now()).has_value() || released;
+  }
+  if (released) request_pass();  // those GPUs serve other jobs now
+  bool all = std::all_of(rec.ranks.begin(), rec.ranks.end(), [](const auto& r) { return r.gone; });
+  if (all) job_event(rec.id, rec.attempt, sched::JobEvent::RanksGone);
 }
 
 void Coordinator::reconcile(const std::string& node) {
   protocol::Reconcile r;
   for (const auto& [id, job] : jobs_) {
+    // ENDING attempts are kept too: they are being stopped by Kill, with its grace.
     if (!job.record.allocation || !model::holds_resources(job.record.state)) continue;
     for (const auto& na : job.record.allocation->nodes) {
       if (na.node == node) r.keep.emplace_back(id, job.record.attempt);
@@ -246,7 +352,7 @@ void Coordinator::on_rank_started(const std::string& node, const protocol::RankS
   if (it == nullptr) return;
   auto& ranks = job->record.ranks;
   it->pid = m.pid;
-  if (it->state == "PENDING") it->state = "RUNNING";
+  if (it->state == model::RankState::Pending) it->state = model::RankState::Running;
   bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.pid != 0; });
   persist_job(*job, "");
   if (all && job->record.state == JobState::Starting && live_job(m.job) != nullptr) {
@@ -259,17 +365,17 @@ void Coordinator::on_rank_exited(const std::string& node, const protocol::RankEx
   Job* job = any_job(m.job);
   store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
   if (it == nullptr) return;
-  if (it->state == "EXITED" || it->state == "KILLED") return;  // reported twice (after a reconnect)
+  if (it->state == model::RankState::Exited || it->state == model::RankState::Killed) return;  // reported twice
+  bool ending = job->record.state == JobState::Ending || live_job(m.job) == nullptr;
+  // A rank that ends after the job's outcome was decided ended because we killed it.
+  it->state = ending ? model::RankState::Killed : model::RankState::Exited;
   if (m.signal != 0) {
-    it->state = "KILLED";
     it->signal = m.signal;
   } else {
-    it->state = "EXITED";
     it->exit_code = m.exit_code;
   }
-  bool live = live_job(m.job) != nullptr;
   persist_job(*job, "");
-  if (!live) return;  // already torn down: this is one of the ranks we killed
+  if (ending) return;
   TimePoint now = clock_.now();
   sched::EventInfo info;
   info.rank = m.rank;
@@ -286,8 +392,9 @@ void Coordinator::on_rank_exited(const std::string& node, const protocol::RankEx
     if (r) apply(*r);
     return;
   }
-  bool all_ok = std::all_of(job->record.ranks.begin(), job->record.ranks.end(),
-                            [](const auto& r) { return r.state == "EXITED" && r.exit_code == 0; });
+  bool all_ok = std::all_of(job->record.ranks.begin(), job->record.ranks.end(), [](const auto& r) {
+    return r.state == model::RankState::Exited && r.exit_code == 0;
+  });
   if (all_ok) {
     auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now);
     if (r) apply(*r);

@@ -111,17 +111,26 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
       if (request.query.contains("wait")) return wait_job(*id, request, std::move(respond));
       return respond(show_job(*id));
     }
-    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return respond(cancel_job(*id, caller));
+    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return after_commit(cancel_job(*id, caller), std::move(respond));
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
   }
   if (parts.size() >= 2 && parts[1] == "nodes") {
     if (parts.size() == 2 && m == "GET") return respond(list_nodes());
     if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
       if (!caller.admin) return respond(error_response(403, "only an admin may drain or resume nodes"));
-      return respond(drain_node(std::string(parts[2]), request, parts[3] == "drain"));
+      return after_commit(drain_node(std::string(parts[2]), request, parts[3] == "drain"), std::move(respond));
+    }
+    if (parts.size() == 4 && m == "POST" && parts[3] == "clear") {
+      if (!caller.admin) return respond(error_response(403, "only an admin may clear a node's unconfirmed ranks"));
+      return after_commit(clear_node(std::string(parts[2]), caller), std::move(respond));
     }
   }
   respond(error_response(404, "no such endpoint: " + m + " " + request.path));
+}
+
+void Coordinator::after_commit(net::HttpResponse response, Respond respond) {
+  // What the response reports must be durable before anyone reads it.
+  committer_.then([respond = std::move(respond), response = std::move(response)] { respond(response); });
 }
 
 void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, Respond respond) {
@@ -274,6 +283,11 @@ net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller)
   if (job->record.user != caller.user && !caller.admin) {
     return error_response(403, "job " + std::to_string(id) + " belongs to " + job->record.user);
   }
+  if (job->record.state == JobState::Ending) {
+    return error_response(409, "job " + std::to_string(id) + " is already ending (" +
+                                   std::string(model::to_string(job->record.outcome.value_or(JobState::Ending))) +
+                                   "); its ranks are being stopped");
+  }
   sched::EventInfo info;
   info.message = "cancelled by " + caller.user;
   auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::Cancel, clock_.now(), info);
@@ -340,6 +354,31 @@ net::HttpResponse Coordinator::list_nodes() {
   return json_response(200, out);
 }
 
+net::HttpResponse Coordinator::clear_node(const std::string& name, const Caller& caller) {
+  if (scheduler_.node(name) == nullptr) return error_response(404, "no node " + name);
+  auto link = links_.find(name);
+  if (link != links_.end() && link->second.connected) {
+    return error_response(409, "node " + name + " has its agent connected: it confirms its ranks itself");
+  }
+  std::vector<model::JobId> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state != JobState::Ending) continue;
+    bool waiting = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
+                               [&](const auto& r) { return r.node == name && !r.gone; });
+    if (waiting) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  Json cleared = Json::array();
+  for (model::JobId id : ids) {
+    Job* job = live_job(id);
+    if (job == nullptr) continue;
+    cleared.push_back(Json{{"id", id}, {"attempt", job->record.attempt}});
+    spdlog::warn("admin {} declared the ranks of job {} on {} dead", caller.user, id, name);
+    confirm_gone(*job, name, "ranks on " + name + " declared dead by admin " + caller.user + " (corral nodes --clear)");
+  }
+  return json_response(200, Json{{"node", name}, {"cleared", cleared}});
+}
+
 net::HttpResponse Coordinator::drain_node(const std::string& name, const net::HttpRequest& request, bool drain) {
   std::string reason;
   if (drain) {
@@ -375,9 +414,9 @@ net::HttpResponse Coordinator::metrics() {
     out += buf;
   };
   out += "# HELP corral_jobs Live jobs by state.\n# TYPE corral_jobs gauge\n";
-  int by_state[8] = {};
+  int by_state[model::kJobStateCount] = {};
   for (const auto& [id, job] : jobs_) ++by_state[static_cast<int>(job.record.state)];
-  for (JobState s : {JobState::Pending, JobState::Starting, JobState::Running}) {
+  for (JobState s : {JobState::Pending, JobState::Starting, JobState::Running, JobState::Ending}) {
     line("corral_jobs", "state=\"" + std::string(model::to_string(s)) + "\"", by_state[static_cast<int>(s)]);
   }
   out += "# HELP corral_jobs_ended_total Jobs ended since the coordinator started, by state.\n# TYPE corral_jobs_ended_total counter\n";

@@ -6,6 +6,7 @@
 
 #include "common/core/strings.hpp"
 #include "common/model/job_spec_yaml.hpp"
+#include "coordinator/store/store_rules.hpp"
 
 namespace corral::service {
 
@@ -49,7 +50,12 @@ Result<void> Coordinator::start() {
     Link& link = links_[node.name];
     link.last_seen = now;
     auto r = scheduler_.update_node(node, now);
-    if (!r) spdlog::warn("stored node {} ignored: {}", node.name, r.error().message());
+    if (!r) {
+      spdlog::warn("stored node {} ignored: {}", node.name, r.error().message());
+      continue;
+    }
+    // No job goes to a node before its agent says hello.
+    (void)scheduler_.set_reachable(node.name, false);
   }
   std::size_t running = 0;
   for (auto& record : snapshot->active_jobs) {
@@ -76,7 +82,19 @@ Result<void> Coordinator::start() {
       sj.submitted_at = record.submitted_at;
       sj.started_at = record.started_at;
       sj.allocation = record.allocation;
+      sj.outcome = record.outcome;
       ok = scheduler_.restore_active(std::move(sj));
+      if (ok && record.state == JobState::Starting) {
+        // Its Launch may have gone out before the restart: a rank its agent does not
+        // report after Synced never started (see on_synced).
+        for (const auto& na : record.allocation->nodes) job.launched_on[na.node] = 0;
+      }
+      if (ok && record.state == JobState::Ending) {
+        // Nodes that confirmed before the restart serve other jobs again.
+        for (const auto& na : record.allocation->nodes) {
+          if (store::node_released(record, na.node)) (void)scheduler_.release_node(record.id, na.node, now);
+        }
+      }
       ++running;
     }
     if (!ok) {
@@ -87,7 +105,7 @@ Result<void> Coordinator::start() {
   }
   // Every node is down until its agent says hello; the jobs on them stay as they are
   // through the grace period (set_node_state would lose them now).
-  in_grace_ = running > 0;
+  in_grace_ = running > 0;  // STARTING, RUNNING and ENDING jobs
   grace_ends_ = now + config_.reconnect_grace;
   if (in_grace_) {
     spdlog::info("restarted with {} running job(s); waiting up to {} for their agents", running,
@@ -222,6 +240,7 @@ void Coordinator::apply_change(const sched::JobChange& change) {
   auto& rec = job->record;
   rec.state = change.to;
   rec.attempt = change.attempt;
+  rec.outcome = change.outcome;
   switch (change.to) {
     case JobState::Starting:
       rec.allocation = change.allocation;
@@ -230,6 +249,7 @@ void Coordinator::apply_change(const sched::JobChange& change) {
       rec.reason.clear();
       rec.nccl_id.clear();
       rec.ranks = rank_records(job->spec, *change.allocation);
+      job->launched_on.clear();
       break;
     case JobState::Pending:
       // Requeued, or placed again after a busy port: nothing of the old attempt stays.
@@ -237,20 +257,32 @@ void Coordinator::apply_change(const sched::JobChange& change) {
       rec.started_at.reset();
       rec.nccl_id.clear();
       rec.ranks.clear();
-      rec.reason = change.event == sched::JobEvent::PortBusy ? "PortBusy" : "Requeued";
+      job->launched_on.clear();
+      rec.reason = change.from == JobState::Ending ? "Requeued: " + rec.reason : std::string("PortBusy");
       break;
     case JobState::Running:
       break;
-    default:  // terminal
-      rec.ended_at = now;
+    case JobState::Ending:
+      // The outcome and its cause are decided now; the end is recorded once every rank is
+      // confirmed gone.
       rec.reason = std::string(sched::to_string(change.event));
       if (change.info.rank) rec.failed_rank = change.info.rank;
-      if (!change.info.node.empty()) rec.failed_node = change.info.node;
+      if (!change.info.node.empty() && change.event != sched::JobEvent::Cancel) rec.failed_node = change.info.node;
       if (change.info.exit_code) rec.exit_code = change.info.exit_code;
-      if (change.to == JobState::Completed) rec.exit_code = 0;
+      if (change.outcome == JobState::Completed) rec.exit_code = 0;
+      if (change.event == sched::JobEvent::NodeLost && !change.info.node.empty()) {
+        for (auto& r : rec.ranks) {
+          if (r.node == change.info.node && !model::rank_ended(r.state)) r.state = model::RankState::Lost;
+        }
+      }
+      break;
+    default:  // terminal, from ENDING (every rank gone) or PENDING (cancelled)
+      rec.ended_at = now;
+      if (change.from == JobState::Pending) rec.reason = std::string(sched::to_string(change.event));
       break;
   }
   persist_job(*job, change.text);
+  if (change.to == JobState::Ending) return settle_ending(*job);  // its ranks may all be gone already
   if (change.to == JobState::Starting) {
     committer_.then([this, id = rec.id, attempt = rec.attempt] {
       Job* j = live_job(id);
@@ -276,7 +308,7 @@ void Coordinator::send_prepare(const Job& job) {
   send(alloc.nodes.front().node, p);
 }
 
-void Coordinator::send_launch(const Job& job) {
+void Coordinator::send_launch(Job& job) {
   const auto& rec = job.record;
   const auto& alloc = *rec.allocation;
   auto ranks = model::assign_ranks(job.spec, alloc);
@@ -299,7 +331,10 @@ void Coordinator::send_launch(const Job& job) {
     for (const auto& r : ranks) {
       if (r.node_rank == static_cast<int>(n)) msg.ranks.push_back({r.rank, r.local_rank, r.node_rank, r.gpus});
     }
-    send(alloc.nodes[n].node, msg);
+    const std::string& node = alloc.nodes[n].node;
+    auto link = links_.find(node);
+    if (link != links_.end() && link->second.connected) job.launched_on[node] = link->second.generation;
+    send(node, msg);
   }
 }
 
@@ -343,54 +378,40 @@ void Coordinator::tick() {
   }
 }
 
-void Coordinator::lose_unreported_ranks() {
-  TimePoint now = clock_.now();
-  std::vector<model::JobId> ids;
+void Coordinator::job_event(model::JobId id, int attempt, sched::JobEvent event, const sched::EventInfo& info) {
+  auto r = scheduler_.on_event(id, attempt, event, clock_.now(), info);
+  if (r) {
+    apply(*r);
+  } else {
+    spdlog::debug("job {} attempt {}: {} ignored: {}", id, attempt, sched::to_string(event), r.error().message());
+  }
+}
+
+bool Coordinator::all_running_nodes_synced() const {
   for (const auto& [id, job] : jobs_) {
-    if (model::holds_resources(job.record.state)) ids.push_back(id);
-  }
-  std::sort(ids.begin(), ids.end());
-  for (model::JobId id : ids) {
-    Job* job = live_job(id);
-    if (job == nullptr || !model::holds_resources(job->record.state)) continue;
-    std::string missing_node;
-    int missing_rank = -1;
-    for (const auto& r : job->record.ranks) {
-      if (r.state == "EXITED" && r.exit_code == 0) continue;
-      const Link& link = links_[r.node];
-      bool alive = link.connected && std::any_of(link.reported.begin(), link.reported.end(), [&](const auto& rr) {
-                     return rr.job == id && rr.attempt == job->record.attempt && rr.rank == r.rank;
-                   });
-      if (!alive) {
-        missing_node = r.node;
-        missing_rank = r.rank;
-        break;
-      }
+    if (!job.record.allocation || !model::holds_resources(job.record.state)) continue;
+    for (const auto& na : job.record.allocation->nodes) {
+      if (store::node_released(job.record, na.node)) continue;
+      auto it = links_.find(na.node);
+      if (it == links_.end() || !it->second.connected || !it->second.synced) return false;
     }
-    if (missing_rank < 0 && !job->record.ranks.empty()) continue;
-    sched::EventInfo info;
-    info.node = missing_node;
-    info.message = missing_rank >= 0
-                       ? "rank " + std::to_string(missing_rank) + " on " + missing_node + " not running after the coordinator restarted"
-                       : "not launched before the coordinator restarted";
-    auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::NodeLost, now, info);
-    if (r) apply(*r);
   }
+  return true;
 }
 
 void Coordinator::end_grace() {
   in_grace_ = false;
   TimePoint now = clock_.now();
   spdlog::info("reconnect grace over");
-  lose_unreported_ranks();
+  // Agents that did not come back lose their jobs; every other node has judged its own
+  // ranks already, from what its agent said (on_synced). Ranks on a node that stays away
+  // are not confirmed dead: their GPUs and port stay fenced until it returns or an
+  // admin clears it.
   for (auto& [name, link] : links_) {
     const auto* node = scheduler_.node(name);
     if (!link.connected && !link.lost && node != nullptr && node->state != model::NodeState::Down) {
       node_lost(name, "agent did not reconnect after restart", now);
     }
-  }
-  for (auto& [name, link] : links_) {
-    if (link.connected) reconcile(name);
   }
   request_pass();
 }

@@ -24,7 +24,7 @@ namespace corral::service {
 
 struct CoordinatorStats {
   std::uint64_t submitted = 0;
-  std::uint64_t ended[8] = {};      // by JobState
+  std::uint64_t ended[model::kJobStateCount] = {};  // by JobState
   std::uint64_t passes = 0;
   double last_pass_ms = 0;
   std::uint64_t agent_messages = 0;
@@ -63,11 +63,19 @@ class Coordinator final : public net::ServerHandler {
     model::CudaVersion cuda;
     std::vector<protocol::RunningRank> reported;  // from its last Hello
     bool lost = false;                            // declared gone (its jobs lost) since its last Hello
+    // Counts Hellos: a message sent on an older connection may never have arrived.
+    std::uint64_t generation = 0;
+    // Synced since its last Hello: every report it held back has been applied.
+    bool synced = false;
   };
   // A job that is not over (or only just over), with its spec parsed.
   struct Job {
     store::JobRecord record;
     model::JobSpec spec;
+    // Per node, the link generation on which this attempt's Launch went out: a rank that
+    // its agent has not reported after Synced is only lost if the Launch went out on an
+    // earlier connection (or before a restart of ours).
+    std::map<std::string, std::uint64_t> launched_on;
   };
   struct JobWait {
     std::function<void(net::HttpResponse)> respond;
@@ -87,10 +95,12 @@ class Coordinator final : public net::ServerHandler {
   void apply_change(const sched::JobChange& change);
   void persist_job(const Job& job, std::string event_text);
   void send_prepare(const Job& job);
-  void send_launch(const Job& job);
+  void send_launch(Job& job);
   void tick();
   void end_grace();
-  void lose_unreported_ranks();
+  bool all_running_nodes_synced() const;
+  // Feeds a scheduler event about a live job and applies the decisions.
+  void job_event(model::JobId id, int attempt, sched::JobEvent event, const sched::EventInfo& info = {});
   std::vector<store::RankRecord> rank_records(const model::JobSpec& spec, const model::Allocation& alloc) const;
   Job* live_job(model::JobId id);
   Job* any_job(model::JobId id);
@@ -106,6 +116,16 @@ class Coordinator final : public net::ServerHandler {
   void on_rank_started(const std::string& node, const protocol::RankStarted& m);
   void on_rank_exited(const std::string& node, const protocol::RankExited& m);
   void on_log_data(const std::string& node, const protocol::LogData& m);
+  void on_synced(const std::string& node);
+  void on_attempt_gone(const std::string& node, const protocol::AttemptGone& m);
+  // Records that no process of the job's attempt is left on `node`; RanksGone once that
+  // holds on every node. `why` goes to the event log.
+  void confirm_gone(Job& job, const std::string& node, const std::string& why);
+  // Frees the nodes of an ENDING job whose ranks are all confirmed gone; RanksGone when
+  // every node is.
+  void settle_ending(Job& job);
+  // Kill to `node` for every ENDING job whose ranks there are not confirmed gone.
+  void kill_unconfirmed(const std::string& node);
   void reconcile(const std::string& node);
   void node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions);
   void node_lost(const std::string& name, const std::string& reason, TimePoint now);
@@ -118,6 +138,8 @@ class Coordinator final : public net::ServerHandler {
   Result<Caller> authenticate(const net::HttpRequest& request);
   void route(const net::HttpRequest& request, const Caller& caller, std::function<void(net::HttpResponse)> respond);
   void submit(const net::HttpRequest& request, const Caller& caller, std::function<void(net::HttpResponse)> respond);
+  // Answers once everything queued so far (the change this response reports) is durable.
+  void after_commit(net::HttpResponse response, std::function<void(net::HttpResponse)> respond);
   net::HttpResponse list_jobs(const net::HttpRequest& request);
   net::HttpResponse show_job(model::JobId id);
   // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
@@ -129,6 +151,8 @@ class Coordinator final : public net::ServerHandler {
                 std::function<void(net::HttpResponse)> respond);
   net::HttpResponse list_nodes();
   net::HttpResponse drain_node(const std::string& name, const net::HttpRequest& request, bool drain);
+  // An admin says the node's unconfirmed ranks are dead (the node will not come back).
+  net::HttpResponse clear_node(const std::string& name, const Caller& caller);
   net::HttpResponse metrics();
   net::HttpResponse status_page();
 

@@ -37,9 +37,18 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
                          {"gpus", k.gpus},
                          {"gpu_uuids", k.gpu_uuids},
                          {"pid", k.pid == 0 ? Json(nullptr) : Json(k.pid)},
-                         {"state", k.state},
+                         {"state", std::string(model::to_string(k.state))},
                          {"exit_code", opt(k.exit_code)},
-                         {"signal", opt(k.signal)}});
+                         {"signal", opt(k.signal)},
+                         {"gone", k.gone}});
+  }
+  // ENDING: the ranks whose end is not confirmed yet, and whether each still runs.
+  Json waiting = Json::array();
+  if (r.state == model::JobState::Ending) {
+    for (const auto& k : r.ranks) {
+      if (k.gone) continue;
+      waiting.push_back(Json{{"rank", k.rank}, {"node", k.node}, {"alive", !model::rank_ended(k.state)}});
+    }
   }
   std::string reason = r.reason;
   std::string detail;
@@ -68,6 +77,8 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
          {"failed_rank", opt(r.failed_rank)},
          {"failed_node", r.failed_node},
          {"exit_code", opt(r.exit_code)},
+         {"outcome", r.outcome ? Json(std::string(model::to_string(*r.outcome))) : Json(nullptr)},
+         {"waiting_for", waiting},
          {"ranks", ranks}};
   if (r.allocation) {
     for (const auto& na : r.allocation->nodes) j["node_list"].push_back(na.node);

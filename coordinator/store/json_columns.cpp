@@ -1,6 +1,7 @@
 #include "coordinator/store/json_columns.hpp"
 
 #include <optional>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -23,7 +24,7 @@ Result<T> decode(std::string_view text, std::string_view what, json::value_t exp
   }
   try {
     return fn(doc);
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {  // json::exception, or a value we do not know
     return make_error(ErrorCode::InvalidArgument, std::string(what) + ": " + e.what());
   }
 }
@@ -103,9 +104,10 @@ std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
                    {"gpus", r.gpus},
                    {"gpu_uuids", r.gpu_uuids},
                    {"pid", r.pid},
-                   {"state", r.state},
+                   {"state", model::to_string(r.state)},
                    {"exit_code", optional_int(r.exit_code)},
-                   {"signal", optional_int(r.signal)}});
+                   {"signal", optional_int(r.signal)},
+                   {"gone", r.gone}});
   }
   return dump(doc);
 }
@@ -126,9 +128,14 @@ Result<std::vector<RankRecord>> ranks_from_json(std::string_view text) {
       rank.gpus = r.at("gpus").get<std::vector<int>>();
       rank.gpu_uuids = r.at("gpu_uuids").get<std::vector<std::string>>();
       rank.pid = r.at("pid").get<int>();
-      rank.state = r.at("state").get<std::string>();
+      auto state = r.at("state").get<std::string>();
+      auto parsed = model::parse_rank_state(state);
+      if (!parsed) throw std::invalid_argument("unknown rank state \"" + state + "\"");
+      rank.state = *parsed;
       rank.exit_code = optional_int(r.at("exit_code"));
       rank.signal = optional_int(r.at("signal"));
+      // Written since schema version 3; rows from before hold no ENDING job.
+      rank.gone = r.contains("gone") && r.at("gone").get<bool>();
       ranks.push_back(std::move(rank));
     }
     return ranks;

@@ -80,9 +80,16 @@ CREATE TABLE users (
 ) STRICT;
 )sql";
 
+// Version 3: the ENDING state's outcome (the state a job moves to once every rank is
+// confirmed gone; empty otherwise). Ranks gain "gone" in their JSON.
+constexpr std::string_view kMigration3 = R"sql(
+ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
     {2, kMigration2},
+    {3, kMigration3},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

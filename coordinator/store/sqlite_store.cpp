@@ -13,18 +13,18 @@ namespace corral::store {
 
 namespace {
 
-// Column order of every job SELECT and of the ?1..?16 parameters of INSERT and UPDATE.
+// Column order of every job SELECT and of the ?1..?17 parameters of INSERT and UPDATE.
 constexpr std::string_view kSelectJob =
     "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
-    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks FROM jobs ";
+    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome FROM jobs ";
 constexpr std::string_view kInsertJob =
     "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
-    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 constexpr std::string_view kUpdateJob =
     "UPDATE jobs SET user = ?2, name = ?3, spec_yaml = ?4, state = ?5, reason = ?6, attempt = ?7, "
     "submitted_at = ?8, started_at = ?9, ended_at = ?10, allocation = ?11, nccl_id = ?12, failed_rank = ?13, "
-    "failed_node = ?14, exit_code = ?15, ranks = ?16 WHERE id = ?1";
+    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17 WHERE id = ?1";
 constexpr std::string_view kUpsertNode =
     "INSERT INTO nodes (name, address, state, reason, simulated, port_first, port_last, gpus) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -89,7 +89,8 @@ void bind_job(SqliteStatement& stmt, const JobRecord& job) {
       .bind(13, optional_int(job.failed_rank))
       .bind(14, job.failed_node)
       .bind(15, optional_int(job.exit_code))
-      .bind(16, ranks_to_json(job.ranks));
+      .bind(16, ranks_to_json(job.ranks))
+      .bind(17, job.outcome ? std::string(model::to_string(*job.outcome)) : std::string());
 }
 
 // Values we wrote ourselves; a mismatch means the file was damaged or edited by hand.
@@ -125,6 +126,11 @@ Result<JobRecord> read_job(const SqliteStatement& stmt) {
   auto ranks = ranks_from_json(stmt.text(15));
   if (!ranks) return make_error(ErrorCode::Internal, context(ranks.error().message()));
   job.ranks = std::move(*ranks);
+  if (std::string outcome = stmt.text(16); !outcome.empty()) {
+    auto o = model::parse_job_state(outcome);
+    if (!o) return make_error(ErrorCode::Internal, context("unknown outcome \"" + outcome + "\" in the database"));
+    job.outcome = *o;
+  }
   return job;
 }
 

@@ -27,9 +27,13 @@ struct RankRecord {
   std::vector<int> gpus;
   std::vector<std::string> gpu_uuids;
   int pid = 0;                                // 0 until started
-  std::string state = "PENDING";              // PENDING, RUNNING, EXITED, KILLED
+  model::RankState state = model::RankState::Pending;
   std::optional<int> exit_code;
   std::optional<int> signal;
+  // Its agent confirmed that no process of this attempt is left on the node (the rank's
+  // process group is gone, and no process carries the attempt's CORRAL_JOB_ID and
+  // CORRAL_ATTEMPT). Until then an ENDING job keeps this rank's GPUs.
+  bool gone = false;
 
   bool operator==(const RankRecord&) const = default;
 };
@@ -61,6 +65,9 @@ struct JobRecord {
   std::string failed_node;
   std::optional<int> exit_code;
   std::vector<RankRecord> ranks;              // of the current attempt; empty while PENDING
+  // While ENDING: the state it moves to once every rank is confirmed gone (a terminal
+  // state, or PENDING for a requeue with attempt + 1).
+  std::optional<model::JobState> outcome;
 
   bool operator==(const JobRecord&) const = default;
 };
@@ -79,8 +86,9 @@ struct InsertJob {
   JobRecord job;
 };
 // Replaces every field of an existing job. NotFound if absent. While the new state holds
-// resources (STARTING, RUNNING) the allocation's GPUs (node, index) and master port
-// (master_addr, master_port) are held by this job; Conflict if another job holds any of
+// resources (STARTING, RUNNING, ENDING) the allocation's GPUs (node, index) and master port
+// (master_addr, master_port) are held by this job, except, while ENDING, those of nodes
+// whose every rank is confirmed gone (the port goes with the first node); Conflict if another job holds any of
 // them. In any other state the job holds nothing: terminal states release in the same
 // transaction. InvalidArgument for STARTING/RUNNING without an allocation, or a GPU listed
 // twice. Port 0 means no master port yet: none is held.

@@ -16,10 +16,22 @@ Result<void> check_job_record(const JobRecord& job) {
   return {};
 }
 
+bool node_released(const JobRecord& job, const std::string& node) {
+  if (job.state != model::JobState::Ending) return false;
+  bool any = false;
+  for (const auto& r : job.ranks) {
+    if (r.node != node) continue;
+    if (!r.gone) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
   std::vector<GpuKey> gpus;
   if (!model::holds_resources(job.state) || !job.allocation) return gpus;
   for (const auto& node : job.allocation->nodes) {
+    if (node_released(job, node.node)) continue;
     for (int index : node.gpus) gpus.push_back({node.node, index});
   }
   return gpus;
@@ -27,7 +39,8 @@ std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
 
 std::optional<PortKey> port_held_by(const JobRecord& job) {
   // Port 0: the allocation has no master port yet, so there is nothing to hold.
-  if (!model::holds_resources(job.state) || !job.allocation || job.allocation->master_port == 0) {
+  if (!model::holds_resources(job.state) || !job.allocation || job.allocation->master_port == 0 ||
+      job.allocation->nodes.empty() || node_released(job, job.allocation->nodes.front().node)) {
     return std::nullopt;
   }
   return PortKey{job.allocation->master_addr, job.allocation->master_port};

@@ -32,8 +32,12 @@ struct PortKey {
 // holds resources (a STARTING job without GPUs is a scheduler bug worth refusing loudly).
 [[nodiscard]] Result<void> check_job_record(const JobRecord& job);
 
+// Whether an ENDING job has let go of `node`: every one of its ranks there is confirmed
+// gone. Always false in other states.
+bool node_released(const JobRecord& job, const std::string& node);
 // The GPUs and master port a job in this record holds: none unless its state holds
-// resources. Each GPU appears as often as the allocation lists it.
+// resources, and while ENDING none on released nodes (the port lives on the first node).
+// Each GPU appears as often as the allocation lists it.
 std::vector<GpuKey> gpus_held_by(const JobRecord& job);
 std::optional<PortKey> port_held_by(const JobRecord& job);
 

@@ -197,18 +197,29 @@ TEST_F(AgentClusterTest, ASigkilledAgentMakesItsNodeDownAndTheJobNodeFail) {
   ASSERT_EQ(running.size(), 4u);
   auto killed_at = std::chrono::steady_clock::now();
   b_->kill9();
-  Json j = wait_end(id);
+  ASSERT_TRUE(reaches(id, "ENDING"));
   auto took = std::chrono::steady_clock::now() - killed_at;
-  EXPECT_EQ(j["state"], "NODE_FAIL");
   EXPECT_LT(took, 1500ms + 1s) << "node_timeout plus a second";
+  EXPECT_EQ(job(id)["outcome"], "NODE_FAIL");
   Json nodes = Json::parse(call("GET", "/v1/nodes").body);
   EXPECT_EQ(nodes[1]["state"], "down");
-  // gpu-a was told to kill its ranks; gpu-b's are orphans of the dead agent...
+  // gpu-a was told to kill its ranks and confirmed; gpu-b's are orphans of the dead agent,
+  // not confirmed dead: the job stays ENDING and holds gpu-b's GPUs...
   EXPECT_TRUE(all_gone({running[0], running[1]}));
   EXPECT_TRUE(testing::running(running[2]));
-  // ...until an agent starts again there and kills what its spool says the last one left.
+  EXPECT_TRUE(eventually(
+      [&] {
+        Json now = job(id);
+        return now["waiting_for"].size() == 2u && now["waiting_for"][0]["node"] == "gpu-b";
+      },
+      5s))
+      << job(id).dump(2);
+  EXPECT_EQ(job(id)["state"], "ENDING");
+  // ...until an agent starts again there, kills what its spool says the last one left,
+  // and confirms: then the job ends.
   ASSERT_TRUE(b_->start());
   EXPECT_TRUE(all_gone({running[2], running[3]}));
+  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");
   EXPECT_TRUE(eventually([&] { return Json::parse(call("GET", "/v1/nodes").body)[1]["state"] == "up"; }, 5s));
 }
 
@@ -296,13 +307,16 @@ TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinator
   ASSERT_TRUE(reaches(id, "RUNNING"));
   ASSERT_EQ(call("POST", "/v1/nodes/gpu-b/drain", R"({"reason": "new PSU"})").status, 200);
   b_->stop();
-  // node_timeout passes: the job is lost with the node, and the drain stays.
-  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");
+  // node_timeout passes: the job is lost with the node (ENDING: gpu-b's ranks are not
+  // confirmed dead while its agent is away), and the drain stays.
+  ASSERT_TRUE(reaches(id, "ENDING"));
+  EXPECT_EQ(job(id)["outcome"], "NODE_FAIL");
   Json b = node_b();
   EXPECT_EQ(b["state"], "drained") << b.dump();
   EXPECT_EQ(b["reason"], "new PSU");
   EXPECT_EQ(b["connected"], false);
   ASSERT_TRUE(b_->start());
+  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");  // the new agent confirmed gpu-b clean
   b = node_b();
   EXPECT_EQ(b["state"], "drained") << b.dump();
   EXPECT_EQ(b["connected"], true);

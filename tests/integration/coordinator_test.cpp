@@ -153,16 +153,30 @@ TEST_F(CoordinatorTest, RunsATwoNodeJobFromSubmitToCompleted) {
   for (int r = 0; r < 4; ++r) {
     (r < 2 ? a : b).send(protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
   }
+  // Completed, but the GPUs and the port stay held until both agents confirm that nothing
+  // of the attempt is left on their node.
+  ASSERT_TRUE(reaches(id, "ENDING"));
+  Json ending = job(id);
+  EXPECT_EQ(ending["outcome"], "COMPLETED");
+  EXPECT_EQ(ending["waiting_for"].size(), 4u);
+  a.send(protocol::AttemptGone{id, 0});
+  ASSERT_TRUE(reaches(id, "ENDING"));
+  model::JobId blocked = submit(kTwoNodeJob);  // needs gpu-b's GPUs, not confirmed free yet
+  EXPECT_FALSE(b.expect<protocol::Launch>(300ms).has_value());
+  EXPECT_FALSE(a.expect<protocol::Prepare>(300ms).has_value());
+  b.send(protocol::AttemptGone{id, 0});
   EXPECT_TRUE(reaches(id, "COMPLETED"));
   Json j = job(id);
   EXPECT_EQ(j["exit_code"], 0);
   EXPECT_EQ(j["ranks"][3]["state"], "EXITED");
   EXPECT_EQ(j["ranks"][0]["gpu_uuids"][0], "GPU-gpu-a-0");
+  EXPECT_EQ(j["ranks"][3]["gone"], true);
   EXPECT_GE(j["events"].size(), 4u);
-  // The GPUs and the port are free again: the same job lands on the same port.
-  auto l2 = run_two_node_job(a, b, id);
-  ASSERT_TRUE(l2.has_value());
-  EXPECT_EQ(l2->prepare.master_port, 29500);
+  // The GPUs and the port are free again: the waiting job lands on the same port.
+  auto p2 = a.expect<protocol::Prepare>();
+  ASSERT_TRUE(p2.has_value());
+  EXPECT_EQ(p2->job, blocked);
+  EXPECT_EQ(p2->master_port, 29500);
 }
 
 TEST_F(CoordinatorTest, AFailingRankTearsTheGangDownEverywhere) {
@@ -177,7 +191,15 @@ TEST_F(CoordinatorTest, AFailingRankTearsTheGangDownEverywhere) {
   EXPECT_EQ(ka->job, id);
   EXPECT_EQ(ka->grace_ms, 1000);
   Json j = job(id);
-  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["state"], "ENDING");
+  EXPECT_EQ(j["outcome"], "FAILED");
+  // The killed ranks report, then each agent confirms its node is clean.
+  for (int r = 0; r < 3; ++r) (r < 2 ? a : b).send(protocol::RankExited{id, 0, r, 0, 15, "killed by signal 15", false});
+  a.send(protocol::AttemptGone{id, 0});
+  b.send(protocol::AttemptGone{id, 0});
+  ASSERT_TRUE(reaches(id, "FAILED"));
+  j = job(id);
+  EXPECT_EQ(j["ranks"][0]["state"], "KILLED");
   EXPECT_EQ(j["failed_rank"], 3);
   EXPECT_EQ(j["failed_node"], "gpu-b");
   EXPECT_EQ(j["exit_code"], 7);
@@ -195,10 +217,30 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
   auto took = std::chrono::steady_clock::now() - started;
   EXPECT_LT(took, 1500ms + 1s);  // node_timeout plus a second
   Json j = job(id);
-  EXPECT_EQ(j["state"], "NODE_FAIL");
+  EXPECT_EQ(j["state"], "ENDING");
+  EXPECT_EQ(j["outcome"], "NODE_FAIL");
   Json nodes = Json::parse(call("GET", "/v1/nodes").body);
   EXPECT_EQ(nodes[1]["name"], "gpu-b");
   EXPECT_EQ(nodes[1]["state"], "down");
+  // gpu-a confirms; gpu-b's ranks are LOST and not confirmed dead: its GPUs stay fenced,
+  // and the job waits, until its agent comes back or an admin clears the node.
+  a.send(protocol::AttemptGone{id, 0});
+  ASSERT_TRUE(reaches(id, "ENDING"));
+  j = job(id);
+  EXPECT_EQ(j["ranks"][2]["state"], "LOST");
+  EXPECT_EQ(j["waiting_for"].size(), 2u);
+  EXPECT_EQ(j["waiting_for"][0]["node"], "gpu-b");
+  b.disconnect();
+  auto cleared = call("POST", "/v1/nodes/gpu-b/clear");
+  ASSERT_EQ(cleared.status, 200) << cleared.body;
+  EXPECT_EQ(Json::parse(cleared.body)["cleared"][0]["id"], id);
+  EXPECT_TRUE(reaches(id, "NODE_FAIL"));
+  bool audited = false;
+  Json ended = job(id);  // a local: ranging over a member of a temporary would dangle
+  for (const auto& e : ended["events"]) {
+    audited = audited || e["text"].get<std::string>().find("declared dead by admin tester") != std::string::npos;
+  }
+  EXPECT_TRUE(audited) << ended["events"].dump(1);
 }
 
 TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedSubmit) {
@@ -225,6 +267,8 @@ TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedS
   EXPECT_EQ(job(id)["state"], "RUNNING");
   for (model::JobId q : queued) EXPECT_EQ(job(q)["state"], "PENDING") << q;
   for (int r = 0; r < 4; ++r) (r < 2 ? a2 : b2).send(protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
+  a2.send(protocol::AttemptGone{id, 0});
+  b2.send(protocol::AttemptGone{id, 0});
   // The next job goes to the freed GPUs once this one completes.
   auto next = a2.expect<protocol::Prepare>();
   ASSERT_TRUE(next.has_value());
@@ -246,7 +290,57 @@ TEST_F(CoordinatorTest, AJobWhoseRanksAreGoneAfterARestartIsNodeFail) {
   ASSERT_TRUE(b2.connect());
   auto kill = a2.expect<protocol::Kill>();
   ASSERT_TRUE(kill.has_value());
+  ASSERT_TRUE(reaches(id, "ENDING"));
+  EXPECT_EQ(job(id)["outcome"], "NODE_FAIL");
+  a2.send(protocol::AttemptGone{id, 0});
+  b2.send(protocol::AttemptGone{id, 0});
   EXPECT_TRUE(reaches(id, "NODE_FAIL"));
+}
+
+// A job that ended while the coordinator was down: its agents hold back the exit reports
+// and send them after the next hello. They are applied before anything is judged lost.
+TEST_F(CoordinatorTest, AJobThatEndedWhileTheCoordinatorWasDownIsCompletedNotLost) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  model::JobId id = 0;
+  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  // Both agents come back with no rank running: all four exited 0 meanwhile.
+  ScriptedAgent a2(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b2(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  a2.sync_on_welcome = false;
+  b2.sync_on_welcome = false;
+  ASSERT_TRUE(a2.connect());
+  ASSERT_TRUE(b2.connect());
+  // gpu-a's reports and Synced first: gpu-b has not synced, nothing is judged there.
+  for (int r = 0; r < 2; ++r) a2.send(protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
+  a2.send(protocol::AttemptGone{id, 0});
+  a2.send(protocol::Synced{});
+  ASSERT_TRUE(a2.expect<protocol::Reconcile>().has_value());
+  EXPECT_EQ(job(id)["state"], "RUNNING");
+  for (int r = 2; r < 4; ++r) b2.send(protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
+  b2.send(protocol::AttemptGone{id, 0});
+  b2.send(protocol::Synced{});
+  EXPECT_TRUE(reaches(id, "COMPLETED"));
+  Json j = job(id);
+  EXPECT_EQ(j["attempt"], 0);
+  EXPECT_EQ(j["exit_code"], 0);
+  for (const auto& e : j["events"]) EXPECT_EQ(e["text"].get<std::string>().find("PENDING (attempt"), std::string::npos) << e;
+}
+
+TEST_F(CoordinatorTest, NoJobIsPlacedOnANodeWhoseAgentIsDisconnected) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(b.connect());
+  b.disconnect();  // within node_timeout: the node is not down yet, but unreachable
+  model::JobId id = submit(kTwoNodeJob);
+  EXPECT_FALSE(a.expect<protocol::Prepare>(500ms).has_value());
+  Json j = job(id);
+  EXPECT_EQ(j["state"], "PENDING");
+  EXPECT_EQ(j["reason"], "NodeDown");
+  EXPECT_NE(j["detail"].get<std::string>().find("gpu-b"), std::string::npos) << j["detail"];
 }
 
 TEST_F(CoordinatorTest, ABusyPortIsSkippedWithoutTheUserNoticing) {

@@ -67,7 +67,11 @@ class ScriptedAgent {
         if (heartbeats && ws_ && ws_->open()) ws_->send(protocol::encode(protocol::AgentMessage(protocol::Heartbeat{})));
       });
     });
-    return expect<protocol::Welcome>(timeout).has_value();
+    if (!expect<protocol::Welcome>(timeout).has_value()) return false;
+    // As a real agent does once its held-back reports are sent; tests that play those
+    // reports first turn this off and send Synced themselves.
+    if (sync_on_welcome) send(protocol::Synced{});
+    return true;
   }
 
   void send(const protocol::AgentMessage& m) {
@@ -108,6 +112,7 @@ class ScriptedAgent {
   }
 
   std::atomic<bool> heartbeats = true;
+  bool sync_on_welcome = true;
 
  private:
   net::EventLoop loop_;

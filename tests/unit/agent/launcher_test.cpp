@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -109,6 +110,54 @@ TEST(Launcher, DropsToTheJobsUserWhenRoot) {
   ASSERT_TRUE(pid.has_value()) << pid.error().message();
   wait_status(*pid);
   EXPECT_EQ(slurp(dir.file("rank.log")), std::to_string(nobody->uid) + "\n");
+}
+
+TEST(Launcher, AttemptProcessesFindsWhatLeftTheRanksGroupByItsEnvironment) {
+  testing::TempDir dir;
+  ProcessSpec spec;
+  // The rank starts a process in a session of its own (out of its process group, as a
+  // daemonising data loader would) and exits at once.
+  spec.argv = {"/bin/sh", "-c", "setsid sleep 60 & echo $! > " + dir.file("escaped.pid")};
+  spec.envp = {"PATH=/usr/bin:/bin", "CORRAL_JOB_ID=977", "CORRAL_ATTEMPT=2", "CORRAL_AGENT_ID=test-agent"};
+  spec.log_path = dir.file("rank.log");
+  auto pid = spawn(spec);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message();
+  EXPECT_EQ(describe_status(wait_status(*pid)), "exited with code 0");
+  // `setsid` runs in the background: wait until it has left the group, which is then empty,
+  // so only the environment tells what the process belongs to.
+  for (int i = 0; i < 400 && group_alive(*pid); ++i) ::usleep(5000);
+  EXPECT_FALSE(group_alive(*pid));
+  pid_t escaped = 0;
+  std::ifstream(dir.file("escaped.pid")) >> escaped;
+  ASSERT_GT(escaped, 0);
+  auto found = attempt_processes(977, 2, "test-agent");
+  EXPECT_EQ(found, std::vector<pid_t>{escaped});
+  EXPECT_TRUE(attempt_processes(977, 3, "test-agent").empty());   // another attempt
+  EXPECT_TRUE(attempt_processes(977, 2, "other-agent").empty());  // another agent's rank
+  EXPECT_TRUE(attempt_processes(97, 2, "test-agent").empty());    // a prefix of the id is another job
+  EXPECT_TRUE(attempt_processes(9770, 2, "test-agent").empty());
+  ASSERT_EQ(::kill(escaped, SIGKILL), 0);
+  // It is our grandchild, reparented to init (or a subreaper): wait until it is gone.
+  for (int i = 0; i < 400 && !attempt_processes(977, 2, "test-agent").empty(); ++i) ::usleep(5000);
+  EXPECT_TRUE(attempt_processes(977, 2, "test-agent").empty());
+}
+
+TEST(Launcher, AttemptProcessesReadsAProcfsTree) {
+  testing::TempDir dir;
+  auto proc = [&](const std::string& pid, const std::string& env) {
+    std::filesystem::create_directories(dir.path() / pid);
+    std::ofstream(dir.path() / pid / "environ") << env;
+  };
+  using namespace std::string_literals;
+  const std::string a = "CORRAL_AGENT_ID=a1\0"s;
+  proc("10", "A=1\0CORRAL_JOB_ID=5\0CORRAL_ATTEMPT=0\0"s + a);
+  proc("11", a + "CORRAL_ATTEMPT=0\0CORRAL_JOB_ID=5"s);        // last entry without its NUL
+  proc("12", "CORRAL_JOB_ID=5\0CORRAL_ATTEMPT=01\0"s + a);    // another attempt
+  proc("13", "X_CORRAL_JOB_ID=5\0CORRAL_ATTEMPT=0\0"s + a);   // not the variable itself
+  proc("14", "CORRAL_JOB_ID=5\0CORRAL_ATTEMPT=0\0CORRAL_AGENT_ID=a2\0"s);  // another agent's
+  proc("self", "CORRAL_JOB_ID=5\0CORRAL_ATTEMPT=0\0"s + a);   // not a pid
+  EXPECT_EQ(attempt_processes(5, 0, "a1", dir.path().string()), (std::vector<pid_t>{10, 11}));
+  EXPECT_TRUE(attempt_processes(5, 0, "a1", dir.file("nope")).empty());
 }
 
 }  // namespace

@@ -41,6 +41,8 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   h.running = {{7, 1, 0, 4242}};
   round_trip_agent(h);
   round_trip_agent(Heartbeat{});
+  round_trip_agent(Synced{});
+  round_trip_agent(AttemptGone{42, 3});
   round_trip_agent(Health{"nvidia-smi failed"});
   round_trip_agent(PrepareResult{7, 1, true, false, std::string(256, 'a'), ""});
   round_trip_agent(RankStarted{7, 1, 3, 999});

@@ -42,6 +42,7 @@ class Fuzz {
       }
       for (const auto& n : nodes_) {
         if (s_.node(n.name)->state != model::NodeState::Up) apply(s_.set_node_state(n.name, model::NodeState::Up, "", now_));
+        ASSERT_TRUE(s_.set_reachable(n.name, true).has_value());
       }
       apply(s_.schedule(now_));
       check();
@@ -86,6 +87,8 @@ class Fuzz {
     if (!j) return;
     if (j->state == JobState::Pending) {
       apply(s_.on_event(id, j->attempt, JobEvent::Cancel, now_));
+    } else if (j->state == JobState::Ending) {
+      apply(s_.on_event(id, j->attempt, JobEvent::RanksGone, now_));
     } else {
       apply(s_.on_event(id, j->attempt, JobEvent::AllRanksExitedOk, now_));
     }
@@ -119,14 +122,34 @@ class Fuzz {
       model::JobId id = ids[static_cast<std::size_t>(pick(0, static_cast<int>(ids.size()) - 1))];
       const SchedJob* j = s_.job(id);
       ASSERT_NE(j, nullptr);
-      JobEvent e = kAllJobEvents[pick(1, 8)];  // anything but Schedule, valid or not
+      if (j->state == JobState::Ending && chance(0.5)) {
+        // One node confirms its ranks gone: its GPUs (and the port, on the first) free up.
+        const auto& nodes = j->allocation->nodes;
+        const std::string name = nodes[static_cast<std::size_t>(pick(0, static_cast<int>(nodes.size()) - 1))].node;
+        bool first = name == nodes.front().node;
+        model::Allocation alloc = *j->allocation;
+        ASSERT_TRUE(s_.release_node(id, name, now_).has_value());
+        if (released_[id].insert(name).second) {
+          for (const auto& na : alloc.nodes) {
+            if (na.node != name) continue;
+            for (int g : na.gpus) ASSERT_EQ(held_.gpus.erase({na.node, g}), 1u);
+          }
+          if (first) ASSERT_EQ(held_.ports.erase({alloc.master_addr, alloc.master_port}), 1u);
+        }
+        return;
+      }
+      JobEvent e = kAllJobEvents[pick(1, 9)];  // anything but Schedule, valid or not
       EventInfo info{pick(0, 3), "", pick(1, 2), ""};
       auto r = s_.on_event(id, j->attempt, e, now_, info);
       if (r) apply(*r);
-    } else if (op < 95) {
+    } else if (op < 90) {
       const auto& n = nodes_[static_cast<std::size_t>(pick(0, static_cast<int>(nodes_.size()) - 1))];
       auto st = static_cast<model::NodeState>(pick(0, 2));
       apply(s_.set_node_state(n.name, st, "fuzz", now_));
+    } else if (op < 95) {
+      // An agent's link drops or comes back: its jobs stay, no new job goes there.
+      const auto& n = nodes_[static_cast<std::size_t>(pick(0, static_cast<int>(nodes_.size()) - 1))];
+      ASSERT_TRUE(s_.set_reachable(n.name, chance(0.5)).has_value());
     } else {
       // The same node reports its inventory again: holdings survive.
       const auto& n = nodes_[static_cast<std::size_t>(pick(0, static_cast<int>(nodes_.size()) - 1))];
@@ -159,11 +182,20 @@ class Fuzz {
         auto [it, fresh] = held_.ports.emplace(std::make_pair(c->allocation->master_addr, c->allocation->master_port), c->job);
         ASSERT_TRUE(fresh) << "port held twice";
       } else if (model::holds_resources(c->from) && !model::holds_resources(c->to)) {
+        // Only RanksGone (or PortBusy, before any launch) frees a job's resources.
+        ASSERT_TRUE(c->event == JobEvent::RanksGone || c->event == JobEvent::PortBusy) << c->text;
         ASSERT_TRUE(c->allocation.has_value());
+        const auto& released = released_[c->job];
         for (const auto& na : c->allocation->nodes) {
+          if (released.contains(na.node)) continue;
           for (int g : na.gpus) ASSERT_EQ(held_.gpus.erase({na.node, g}), 1u);
         }
-        ASSERT_EQ(held_.ports.erase({c->allocation->master_addr, c->allocation->master_port}), 1u);
+        if (!released.contains(c->allocation->nodes.front().node)) {
+          ASSERT_EQ(held_.ports.erase({c->allocation->master_addr, c->allocation->master_port}), 1u);
+        }
+        released_.erase(c->job);
+      } else if (c->to == JobState::Ending) {
+        ASSERT_TRUE(c->outcome.has_value()) << c->text;
       }
     }
   }
@@ -189,6 +221,7 @@ class Fuzz {
       ASSERT_TRUE(distinct.insert(na.node).second);
       const auto& n = node_named(na.node);
       ASSERT_EQ(s_.node(na.node)->state, model::NodeState::Up);
+      ASSERT_TRUE(s_.reachable(na.node)) << "placed on " << na.node << ", whose agent is not connected";
       for (int g : na.gpus) {
         const auto& gpu = n.gpus[static_cast<std::size_t>(g)];
         if (!cls) cls = gpu.cls;
@@ -237,6 +270,7 @@ class Fuzz {
   TimePoint now_ = testing::at_seconds(1'000'000);
   std::vector<model::Node> nodes_;
   Held held_;
+  std::map<model::JobId, std::set<std::string>> released_;  // ENDING jobs' confirmed nodes
   model::JobId next_id_ = 1;
 };
 

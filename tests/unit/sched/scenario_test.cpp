@@ -128,7 +128,8 @@ class ScenarioRunner {
       static const std::map<std::string, JobEvent> kEvents = {
           {"started", JobEvent::AllRanksStarted}, {"exited-ok", JobEvent::AllRanksExitedOk},
           {"failed", JobEvent::RankFailed},       {"launch-failed", JobEvent::LaunchFailed},
-          {"port-busy", JobEvent::PortBusy},      {"cancel", JobEvent::Cancel}};
+          {"port-busy", JobEvent::PortBusy},      {"cancel", JobEvent::Cancel},
+          {"gone", JobEvent::RanksGone}};
       auto e = kEvents.find(t[2]);
       if (e == kEvents.end()) return "unknown event " + t[2];
       return print(s_.on_event(id, j->attempt, e->second, now_, info));

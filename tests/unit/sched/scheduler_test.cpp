@@ -45,6 +45,17 @@ class SchedulerTest : public ::testing::Test {
     return j ? j->state : JobState::Completed;  // terminal jobs leave the core
   }
   PendingCode reason(model::JobId id) const { return s_.job(id)->reason.code; }
+  // The event that ends the attempt (the job goes ENDING), then the agents' confirmation
+  // that every rank is gone (it takes its outcome): both decisions, in order.
+  Result<std::vector<Decision>> finish(model::JobId id, int attempt, JobEvent event, const EventInfo& info = {}) {
+    auto first = s_.on_event(id, attempt, event, now_, info);
+    if (!first) return first;
+    EXPECT_EQ(s_.job(id)->state, JobState::Ending);
+    auto second = s_.on_event(id, attempt, JobEvent::RanksGone, now_);
+    if (!second) return second;
+    first->insert(first->end(), second->begin(), second->end());
+    return first;
+  }
   const model::Allocation& alloc(model::JobId id) const { return *s_.job(id)->allocation; }
 
   Scheduler s_;
@@ -161,7 +172,7 @@ TEST_F(SchedulerTest, FairShareFavoursTheUserWithLessRecentGpuTime) {
   now_ += 1h;
   submit(2, job().nodes(1, 1), "alice");
   submit(3, job().nodes(1, 1), "bob");
-  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
+  ASSERT_TRUE(finish(1, 0, JobEvent::AllRanksExitedOk).has_value());
   pass();
   EXPECT_GT(s_.usage("alice"), 3000.0);
   EXPECT_EQ(state(3), JobState::Starting);  // bob first, though alice submitted earlier
@@ -173,7 +184,7 @@ TEST_F(SchedulerTest, FairShareUsageHalvesEveryHalfLife) {
   submit(1, job().nodes(1, 2));
   pass();
   now_ += 100s;
-  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
+  ASSERT_TRUE(finish(1, 0, JobEvent::AllRanksExitedOk).has_value());
   pass();
   double before = s_.usage("alice");
   EXPECT_NEAR(before, 200.0, 2.0);
@@ -240,7 +251,7 @@ TEST_F(SchedulerTest, PortsArePerHostAndNeverShared) {
   EXPECT_EQ(alloc(2).master_port, 29501);
   EXPECT_EQ(state(3), JobState::Pending);
   EXPECT_EQ(s_.job(3)->reason.detail, "no free master port on the chosen nodes");
-  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
+  ASSERT_TRUE(finish(1, 0, JobEvent::AllRanksExitedOk).has_value());
   pass();
   EXPECT_EQ(alloc(3).master_port, 29500);
   EXPECT_EQ(s_.port_holder("10.9.0.1", 29500), 3);
@@ -258,7 +269,7 @@ TEST_F(SchedulerTest, BusyPortIsSkippedForAWhileAndTheJobPlacedAgain) {
   EXPECT_EQ(s_.job(1)->attempt, 0);
   pass();
   EXPECT_EQ(alloc(1).master_port, 29501);
-  EXPECT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
+  EXPECT_TRUE(finish(1, 0, JobEvent::AllRanksExitedOk).has_value());
   submit(2, job().nodes(1, 1));
   pass();
   EXPECT_EQ(alloc(2).master_port, 29501);  // 29500 still marked busy
@@ -279,13 +290,67 @@ TEST_F(SchedulerTest, RankFailureTearsTheGangDownAndFreesEverything) {
   ASSERT_TRUE(ds.has_value());
   auto cs = changes(*ds);
   ASSERT_EQ(cs.size(), 1u);
-  EXPECT_EQ(cs[0].to, JobState::Failed);
-  EXPECT_EQ(cs[0].text, "RUNNING -> FAILED: rank 3 on b exited with code 1");
+  EXPECT_EQ(cs[0].to, JobState::Ending);
+  EXPECT_EQ(cs[0].outcome, JobState::Failed);
+  EXPECT_EQ(cs[0].text, "RUNNING -> ENDING (FAILED once every rank is gone): rank 3 on b exited with code 1");
   ASSERT_EQ(kills(*ds).size(), 1u);
   EXPECT_EQ(kills(*ds)[0].nodes, (std::vector<std::string>{"a", "b"}));
+  // Decided, but its GPUs and port stay held until every rank is confirmed gone.
+  model::Allocation held = alloc(1);
+  EXPECT_EQ(s_.gpu_holder("a", 0), 1);
+  EXPECT_EQ(s_.port_holder(held.master_addr, held.master_port), 1);
+  ds = s_.on_event(1, 0, JobEvent::RanksGone, now_);
+  ASSERT_TRUE(ds.has_value());
+  cs = changes(*ds);
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].to, JobState::Failed);
+  EXPECT_EQ(cs[0].text, "ENDING -> FAILED");
+  EXPECT_TRUE(kills(*ds).empty());
   EXPECT_EQ(s_.job(1), nullptr);
   EXPECT_FALSE(s_.gpu_holder("a", 0).has_value());
-  EXPECT_FALSE(s_.port_holder(cs[0].allocation->master_addr, cs[0].allocation->master_port).has_value());
+  EXPECT_FALSE(s_.port_holder(held.master_addr, held.master_port).has_value());
+}
+
+TEST_F(SchedulerTest, EndingJobsGpusGoNodeByNodeAsEachIsConfirmed) {
+  add(node("a").gpus(2, kA100).address("10.3.0.1"));
+  add(node("b").gpus(2, kA100).address("10.3.0.2"));
+  submit(1, job().nodes(2, 2));
+  pass();
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksStarted, now_).has_value());
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::Cancel, now_).has_value());
+  submit(2, job().nodes(1, 2));
+  EXPECT_TRUE(changes(pass()).empty());  // every GPU still held by the ending job
+  EXPECT_EQ(reason(2), PendingCode::Resources);
+  ASSERT_TRUE(s_.release_node(1, "b", now_).has_value());
+  EXPECT_FALSE(s_.gpu_holder("b", 0).has_value());
+  EXPECT_EQ(s_.gpu_holder("a", 0), 1);
+  EXPECT_EQ(s_.port_holder("10.3.0.1", 29500), 1);  // the port lives on a, not confirmed yet
+  auto cs = changes(pass());
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(alloc(2).nodes[0].node, "b");
+  // A job that is not ENDING releases nothing that way; an ENDING job takes no other event.
+  EXPECT_FALSE(s_.release_node(2, "b", now_).has_value());
+  EXPECT_FALSE(s_.on_event(1, 0, JobEvent::Cancel, now_).has_value());
+  EXPECT_FALSE(s_.on_event(1, 0, JobEvent::NodeLost, now_).has_value());
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::RanksGone, now_).has_value());
+  EXPECT_EQ(state(1), JobState::Completed);  // gone from the core
+  EXPECT_FALSE(s_.port_holder("10.3.0.1", 29500).has_value());
+}
+
+TEST_F(SchedulerTest, UnreachableNodeGetsNoJobAndIsNamedAsNodeDown) {
+  add(node("a").gpus(2, kA100));
+  add(node("b").gpus(2, kA100));
+  ASSERT_TRUE(s_.set_reachable("b", false).has_value());
+  submit(1, job().nodes(2, 2));
+  EXPECT_TRUE(changes(pass()).empty());
+  EXPECT_EQ(reason(1), PendingCode::NodeDown);
+  EXPECT_EQ(s_.job(1)->reason.detail, "fits only when down nodes return: b (agent not connected)");
+  submit(2, job().nodes(1, 2));
+  auto cs = changes(pass());
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(alloc(2).nodes[0].node, "a");
+  ASSERT_TRUE(s_.set_reachable("b", true).has_value());
+  EXPECT_FALSE(s_.set_reachable("nope", true).has_value());
 }
 
 TEST_F(SchedulerTest, RetriesRequeueWithTheNextAttempt) {
@@ -298,16 +363,24 @@ TEST_F(SchedulerTest, RetriesRequeueWithTheNextAttempt) {
   ASSERT_TRUE(ds.has_value());
   auto cs = changes(*ds);
   ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].to, JobState::Ending);
+  EXPECT_EQ(cs[0].outcome, JobState::Pending);
+  EXPECT_EQ(cs[0].attempt, 0);
+  EXPECT_TRUE(kills(*ds).empty());  // the only node is the lost one
+  // The lost node's rank is not confirmed dead: the requeue waits for that.
+  ds = s_.on_event(1, 0, JobEvent::RanksGone, now_);
+  ASSERT_TRUE(ds.has_value());
+  cs = changes(*ds);
+  ASSERT_EQ(cs.size(), 1u);
   EXPECT_EQ(cs[0].to, JobState::Pending);
   EXPECT_EQ(cs[0].attempt, 1);
-  EXPECT_TRUE(kills(*ds).empty());  // the only node is the lost one
   pass();
   EXPECT_NE(alloc(1).nodes[0].node, first);
   // Stale reports from attempt 0 are refused.
   EXPECT_FALSE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
   // No retries left: the next loss is final.
   ds = s_.set_node_state(alloc(1).nodes[0].node, model::NodeState::Down, "", now_);
-  EXPECT_EQ(changes(*ds)[0].to, JobState::NodeFail);
+  EXPECT_EQ(changes(*ds)[0].outcome, JobState::NodeFail);
 }
 
 TEST_F(SchedulerTest, NodeLossKillsTheJobOnTheOtherNodes) {
@@ -317,8 +390,8 @@ TEST_F(SchedulerTest, NodeLossKillsTheJobOnTheOtherNodes) {
   pass();
   auto ds = s_.set_node_state("b", model::NodeState::Down, "heartbeat timeout", now_);
   ASSERT_TRUE(ds.has_value());
-  EXPECT_EQ(changes(*ds)[0].to, JobState::NodeFail);
-  EXPECT_EQ(changes(*ds)[0].text, "STARTING -> NODE_FAIL: node b lost: heartbeat timeout");
+  EXPECT_EQ(changes(*ds)[0].outcome, JobState::NodeFail);
+  EXPECT_EQ(changes(*ds)[0].text, "STARTING -> ENDING (NODE_FAIL once every rank is gone): node b lost: heartbeat timeout");
   ASSERT_EQ(kills(*ds).size(), 1u);
   EXPECT_EQ(kills(*ds)[0].nodes, std::vector<std::string>{"a"});
 }
@@ -334,9 +407,11 @@ TEST_F(SchedulerTest, TimeLimitEndsTheJobAsTimeout) {
   auto ds = pass();
   auto cs = changes(ds);
   ASSERT_EQ(cs.size(), 1u);
-  EXPECT_EQ(cs[0].to, JobState::Timeout);
-  EXPECT_EQ(cs[0].text, "RUNNING -> TIMEOUT: time limit 10m reached");
+  EXPECT_EQ(cs[0].outcome, JobState::Timeout);
+  EXPECT_EQ(cs[0].text, "RUNNING -> ENDING (TIMEOUT once every rank is gone): time limit 10m reached");
   EXPECT_EQ(kills(ds).size(), 1u);
+  now_ += 1h;
+  EXPECT_TRUE(changes(pass()).empty());  // an ENDING job's time limit is behind it
 }
 
 TEST_F(SchedulerTest, CancelOfAPendingJobKillsNothing) {
@@ -369,6 +444,27 @@ TEST_F(SchedulerTest, RestoredJobsHoldTheirGpusAndPortsAgain) {
   pass();
   EXPECT_EQ(alloc(9).nodes[0].gpus, std::vector<int>{0});
   EXPECT_EQ(alloc(9).master_port, 29501);
+}
+
+TEST_F(SchedulerTest, RestoredEndingJobKeepsItsOutcomeAndItsHolds) {
+  add(node("a").gpus(2, kA100).address("10.2.0.1"));
+  SchedJob j;
+  j.id = 7;
+  j.user = "alice";
+  j.spec = job().nodes(1, 2).retries(1);
+  j.state = JobState::Ending;
+  j.allocation = model::Allocation{{{"a", {0, 1}}}, "10.2.0.1", 29500};
+  SchedJob no_outcome = j;
+  EXPECT_FALSE(s_.restore_active(no_outcome).has_value());
+  j.outcome = JobState::Pending;
+  ASSERT_TRUE(s_.restore_active(j).has_value());
+  EXPECT_EQ(s_.gpu_holder("a", 0), 7);
+  EXPECT_TRUE(changes(pass()).empty());
+  auto ds = s_.on_event(7, 0, JobEvent::RanksGone, now_);
+  ASSERT_TRUE(ds.has_value());
+  EXPECT_EQ(changes(*ds)[0].to, JobState::Pending);
+  EXPECT_EQ(s_.job(7)->attempt, 1);
+  EXPECT_FALSE(s_.gpu_holder("a", 0).has_value());
 }
 
 TEST_F(SchedulerTest, DryRunSaysWhereOrWhy) {
@@ -411,7 +507,7 @@ TEST_F(SchedulerTest, MightStartNowIsFalseOnlyWhenAPassWouldNotStartTheJob) {
   EXPECT_EQ(reason(2), PendingCode::Resources);  // given as a pass would
   EXPECT_TRUE(changes(pass()).empty());           // and a pass indeed starts nothing
   ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksStarted, now_).has_value());
-  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksExitedOk, now_).has_value());
+  ASSERT_TRUE(finish(1, 0, JobEvent::AllRanksExitedOk).has_value());
   EXPECT_TRUE(s_.might_start_now(2));  // GPUs free again
   EXPECT_FALSE(s_.might_start_now(1));  // not pending
   EXPECT_FALSE(s_.might_start_now(99));

@@ -12,30 +12,35 @@ using model::JobState;
 using S = JobState;
 using E = JobEvent;
 
-// The whole table: (state, event) -> (next without retries, next with retries). Absent
-// pairs must be refused.
+// The whole table: (state, event) -> (next without retries, next with retries), each as
+// (state, outcome). Absent pairs must be refused. An attempt that launched only ends
+// through ENDING, which keeps its GPUs until RanksGone.
+struct Step {
+  S to;
+  std::optional<S> outcome;
+};
 struct Expected {
-  S no_retry;
-  S with_retry;
+  Step no_retry;
+  Step with_retry;
 };
 
 const std::map<std::pair<S, E>, Expected>& table() {
   static const std::map<std::pair<S, E>, Expected> t = {
-      {{S::Pending, E::Schedule}, {S::Starting, S::Starting}},
-      {{S::Pending, E::Cancel}, {S::Cancelled, S::Cancelled}},
-      {{S::Starting, E::AllRanksStarted}, {S::Running, S::Running}},
-      {{S::Starting, E::AllRanksExitedOk}, {S::Completed, S::Completed}},
-      {{S::Starting, E::RankFailed}, {S::Failed, S::Pending}},
-      {{S::Starting, E::LaunchFailed}, {S::Failed, S::Failed}},
-      {{S::Starting, E::PortBusy}, {S::Pending, S::Pending}},
-      {{S::Starting, E::Cancel}, {S::Cancelled, S::Cancelled}},
-      {{S::Starting, E::TimeLimit}, {S::Timeout, S::Timeout}},
-      {{S::Starting, E::NodeLost}, {S::NodeFail, S::Pending}},
-      {{S::Running, E::AllRanksExitedOk}, {S::Completed, S::Completed}},
-      {{S::Running, E::RankFailed}, {S::Failed, S::Pending}},
-      {{S::Running, E::Cancel}, {S::Cancelled, S::Cancelled}},
-      {{S::Running, E::TimeLimit}, {S::Timeout, S::Timeout}},
-      {{S::Running, E::NodeLost}, {S::NodeFail, S::Pending}},
+      {{S::Pending, E::Schedule}, {{S::Starting, {}}, {S::Starting, {}}}},
+      {{S::Pending, E::Cancel}, {{S::Cancelled, {}}, {S::Cancelled, {}}}},
+      {{S::Starting, E::AllRanksStarted}, {{S::Running, {}}, {S::Running, {}}}},
+      {{S::Starting, E::AllRanksExitedOk}, {{S::Ending, S::Completed}, {S::Ending, S::Completed}}},
+      {{S::Starting, E::RankFailed}, {{S::Ending, S::Failed}, {S::Ending, S::Pending}}},
+      {{S::Starting, E::LaunchFailed}, {{S::Ending, S::Failed}, {S::Ending, S::Failed}}},
+      {{S::Starting, E::PortBusy}, {{S::Pending, {}}, {S::Pending, {}}}},
+      {{S::Starting, E::Cancel}, {{S::Ending, S::Cancelled}, {S::Ending, S::Cancelled}}},
+      {{S::Starting, E::TimeLimit}, {{S::Ending, S::Timeout}, {S::Ending, S::Timeout}}},
+      {{S::Starting, E::NodeLost}, {{S::Ending, S::NodeFail}, {S::Ending, S::Pending}}},
+      {{S::Running, E::AllRanksExitedOk}, {{S::Ending, S::Completed}, {S::Ending, S::Completed}}},
+      {{S::Running, E::RankFailed}, {{S::Ending, S::Failed}, {S::Ending, S::Pending}}},
+      {{S::Running, E::Cancel}, {{S::Ending, S::Cancelled}, {S::Ending, S::Cancelled}}},
+      {{S::Running, E::TimeLimit}, {{S::Ending, S::Timeout}, {S::Ending, S::Timeout}}},
+      {{S::Running, E::NodeLost}, {{S::Ending, S::NodeFail}, {S::Ending, S::Pending}}},
   };
   return t;
 }
@@ -43,6 +48,7 @@ const std::map<std::pair<S, E>, Expected>& table() {
 TEST(JobStateMachine, EveryStateEventPairFollowsTheTable) {
   int checked = 0;
   for (S s : model::kAllJobStates) {
+    if (s == S::Ending) continue;  // its own test below: it depends on the outcome
     for (E e : kAllJobEvents) {
       for (bool retry : {false, true}) {
         auto got = next_state(s, e, retry);
@@ -54,15 +60,39 @@ TEST(JobStateMachine, EveryStateEventPairFollowsTheTable) {
           EXPECT_EQ(got.error().code(), ErrorCode::Conflict);
         } else {
           ASSERT_TRUE(got.has_value());
-          EXPECT_EQ(got->to, retry ? it->second.with_retry : it->second.no_retry);
-          bool requeued = got->to == S::Pending && s != S::Pending && e != E::PortBusy;
-          EXPECT_EQ(got->new_attempt, requeued);
+          const Step& want = retry ? it->second.with_retry : it->second.no_retry;
+          EXPECT_EQ(got->to, want.to);
+          EXPECT_EQ(got->outcome, want.outcome);
+          EXPECT_FALSE(got->new_attempt);  // only leaving ENDING for PENDING starts a new attempt
         }
         ++checked;
       }
     }
   }
-  EXPECT_EQ(checked, 8 * 9 * 2);
+  EXPECT_EQ(checked, 8 * 10 * 2);
+}
+
+TEST(JobStateMachine, EndingTakesItsOutcomeOnlyWhenEveryRankIsGone) {
+  for (S outcome : {S::Completed, S::Failed, S::Cancelled, S::Timeout, S::NodeFail, S::Pending}) {
+    SCOPED_TRACE(std::string(model::to_string(outcome)));
+    for (E e : kAllJobEvents) {
+      auto got = next_state(S::Ending, e, true, outcome);
+      if (e != E::RanksGone) {
+        ASSERT_FALSE(got.has_value());
+        EXPECT_EQ(got.error().code(), ErrorCode::Conflict);
+        continue;
+      }
+      ASSERT_TRUE(got.has_value());
+      EXPECT_EQ(got->to, outcome);
+      EXPECT_EQ(got->new_attempt, outcome == S::Pending);
+    }
+  }
+}
+
+TEST(JobStateMachine, EndingWithoutAnOutcomeIsRefused) {
+  EXPECT_FALSE(next_state(S::Ending, E::RanksGone, false).has_value());
+  EXPECT_FALSE(next_state(S::Ending, E::RanksGone, false, S::Running).has_value());
+  EXPECT_FALSE(next_state(S::Ending, E::RanksGone, false, S::Ending).has_value());
 }
 
 TEST(JobStateMachine, TerminalStatesAcceptNoEvent) {

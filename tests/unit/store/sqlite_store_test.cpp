@@ -274,7 +274,7 @@ TEST(SqliteStore, VersionOneDatabaseIsMigratedKeepingItsJobs) {
 
   auto store = open_ok(path);
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->pragma("user_version").value(), "2");
+  EXPECT_EQ(store->pragma("user_version").value(), std::to_string(latest_sqlite_schema_version()));
   EXPECT_EQ(store->job(3).value(), running_job(3));  // ranks empty, every other field as written
   EXPECT_EQ(store->events(3).value(), (std::vector<JobEvent>{{3, from_millis(5), "PENDING -> RUNNING"}}));
   auto snap = store->load();
@@ -290,7 +290,7 @@ TEST(SqliteStore, VersionOneDatabaseIsMigratedKeepingItsJobs) {
 
   // The new column and table work on the migrated file.
   JobRecord with_ranks = running_job(3);
-  with_ranks.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 4242, "RUNNING", std::nullopt, std::nullopt}};
+  with_ranks.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 4242, model::RankState::Running, std::nullopt, std::nullopt}};
   ASSERT_TRUE(store->commit(Change{{UpdateJob{with_ranks}}}).has_value());
   User ada{"ada", std::string(64, 'a'), true};
   ASSERT_TRUE(store->commit(Change{{UpsertUser{ada}}}).has_value());

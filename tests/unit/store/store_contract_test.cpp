@@ -93,10 +93,10 @@ JobRecord every_field(model::JobId id) {
   job.failed_node = "gpu-b";
   job.exit_code = 137;
   job.ranks = {
-      {0, "gpu-a", 0, {3, 1}, {"GPU-a3", "GPU-a1"}, 4242, "EXITED", 0, std::nullopt},
-      {1, "gpu-a", 1, {2, 0}, {"GPU-a2", "GPU-a0"}, 4243, "KILLED", std::nullopt, 15},
-      {2, "gpu-b", 0, {7}, {"GPU-b7"}, 0, "PENDING", std::nullopt, std::nullopt},
-      {3, "gpu-b", 1, {}, {}, 977, "EXITED", 137, 9},
+      {0, "gpu-a", 0, {3, 1}, {"GPU-a3", "GPU-a1"}, 4242, model::RankState::Exited, 0, std::nullopt},
+      {1, "gpu-a", 1, {2, 0}, {"GPU-a2", "GPU-a0"}, 4243, model::RankState::Killed, std::nullopt, 15},
+      {2, "gpu-b", 0, {7}, {"GPU-b7"}, 0, model::RankState::Pending, std::nullopt, std::nullopt},
+      {3, "gpu-b", 1, {}, {}, 977, model::RankState::Exited, 137, 9},
   };
   return job;
 }
@@ -324,9 +324,9 @@ TYPED_TEST(StoreContract, JobsQueryReturnsWholeRecords) {
 
 TYPED_TEST(StoreContract, RanksKeepTheirOrderAndTellAbsentExitCodesFromZero) {
   JobRecord job = pending(4);
-  job.ranks = {{1, "gpu-b", 0, {5}, {"GPU-5"}, 100, "EXITED", 0, std::nullopt},
-               {0, "gpu-a", 0, {0}, {"GPU-0"}, 101, "RUNNING", std::nullopt, std::nullopt},
-               {2, "gpu-a", 1, {1}, {"GPU-1"}, 102, "KILLED", -1, 0}};
+  job.ranks = {{1, "gpu-b", 0, {5}, {"GPU-5"}, 100, model::RankState::Exited, 0, std::nullopt},
+               {0, "gpu-a", 0, {0}, {"GPU-0"}, 101, model::RankState::Running, std::nullopt, std::nullopt},
+               {2, "gpu-a", 1, {1}, {"GPU-1"}, 102, model::RankState::Killed, -1, 0}};
   this->insert(job);
   auto back = this->read(4);
   ASSERT_TRUE(back.has_value());
@@ -341,12 +341,12 @@ TYPED_TEST(StoreContract, UpdateReplacesTheRankList) {
   JobRecord job = running(1, alloc("gpu-a", {0, 1}, "10.0.0.1", 29500));
   this->insert(job);
   EXPECT_TRUE(this->read(1)->ranks.empty());
-  job.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 0, "PENDING", std::nullopt, std::nullopt},
-               {1, "gpu-a", 1, {1}, {"GPU-1"}, 0, "PENDING", std::nullopt, std::nullopt}};
+  job.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 0, model::RankState::Pending, std::nullopt, std::nullopt},
+               {1, "gpu-a", 1, {1}, {"GPU-1"}, 0, model::RankState::Pending, std::nullopt, std::nullopt}};
   this->update(job);
   EXPECT_EQ(this->read(1), job);
   job.ranks[1].pid = 31337;
-  job.ranks[1].state = "RUNNING";
+  job.ranks[1].state = model::RankState::Running;
   this->update(job);
   EXPECT_EQ(this->read(1), job);
   // A requeue starts the next attempt with no ranks.
@@ -359,7 +359,7 @@ TYPED_TEST(StoreContract, UpdateReplacesTheRankList) {
 
 TYPED_TEST(StoreContract, LoadAndJobsQueryCarryRanks) {
   JobRecord job = running(2, alloc("gpu-a", {0}, "10.0.0.1", 29500));
-  job.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 77, "RUNNING", std::nullopt, std::nullopt}};
+  job.ranks = {{0, "gpu-a", 0, {0}, {"GPU-0"}, 77, model::RankState::Running, std::nullopt, std::nullopt}};
   this->insert(job);
   EXPECT_EQ(this->snapshot().active_jobs, std::vector<JobRecord>{job});
   auto listed = this->store_->jobs({.include_terminal = false, .user = "ada"});
