@@ -300,6 +300,76 @@ Result<void> Scheduler::restore_active(SchedJob job) {
   return {};
 }
 
+Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, TimePoint now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return make_error(ErrorCode::NotFound, "no live job " + std::to_string(id));
+  SchedJob& job = it->second;
+  if (job.state != JobState::Ending || !job.allocation) {
+    return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " is not ENDING");
+  }
+  const auto& alloc = *job.allocation;
+  auto na = std::find_if(alloc.nodes.begin(), alloc.nodes.end(), [&](const auto& n) { return n.node == node; });
+  if (na == alloc.nodes.end()) {
+    return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " has no GPU on " + std::string(node));
+  }
+  if (std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end()) {
+    return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " no longer holds " + std::string(node));
+  }
+  Fence fence{id, job.attempt, na->node, na->gpus, "", 0};
+  if (na == alloc.nodes.begin()) {
+    fence.host = alloc.master_addr;
+    fence.port = alloc.master_port;
+  }
+  // The holders stay as they are: the GPUs and the port pass from the job to its fence.
+  fair_share_.advance(now, gpus_by_user_);
+  job.released_nodes.push_back(na->node);
+  auto user = gpus_by_user_.find(job.user);
+  if (user != gpus_by_user_.end()) {
+    user->second -= static_cast<int>(na->gpus.size());
+    if (user->second <= 0) gpus_by_user_.erase(user);
+  }
+  fences_.push_back(fence);
+  return fence;
+}
+
+Result<void> Scheduler::restore_fence(const Fence& fence) {
+  auto it = node_index_.find(fence.node);
+  if (it == node_index_.end()) return make_error(ErrorCode::NotFound, "fence on unknown node " + fence.node);
+  NodeSlot& slot = nodes_[static_cast<std::size_t>(it->second)];
+  for (int g : fence.gpus) {
+    auto pos = slot.position.find(g);
+    if (pos == slot.position.end()) return make_error(ErrorCode::NotFound, "fence on unknown GPU " + std::to_string(g));
+    if (slot.holder[static_cast<std::size_t>(pos->second)] != 0) {
+      return make_error(ErrorCode::Conflict, "fenced GPU " + std::to_string(g) + " of " + fence.node + " is held");
+    }
+  }
+  if (fence.port != 0 && !ports_.hold(fence.host, fence.port, fence.job)) {
+    return make_error(ErrorCode::Conflict, "fenced port " + std::to_string(fence.port) + " is held");
+  }
+  for (int g : fence.gpus) slot.holder[static_cast<std::size_t>(slot.position.at(g))] = fence.job;
+  fences_.push_back(fence);
+  return {};
+}
+
+bool Scheduler::lift_fence(model::JobId job, int attempt, std::string_view node) {
+  auto f = std::find_if(fences_.begin(), fences_.end(),
+                        [&](const Fence& x) { return x.job == job && x.attempt == attempt && x.node == node; });
+  if (f == fences_.end()) return false;
+  auto it = node_index_.find(f->node);
+  if (it != node_index_.end()) {
+    NodeSlot& slot = nodes_[static_cast<std::size_t>(it->second)];
+    for (int g : f->gpus) {
+      auto pos = slot.position.find(g);
+      if (pos == slot.position.end()) continue;
+      auto& holder = slot.holder[static_cast<std::size_t>(pos->second)];
+      if (holder == job) holder = 0;
+    }
+  }
+  if (f->port != 0) ports_.release(f->host, f->port, job);
+  fences_.erase(f);
+  return true;
+}
+
 const SchedJob* Scheduler::job(model::JobId id) const {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : &it->second;

@@ -50,6 +50,20 @@ struct EventInfo {
   std::string message;  // free text for the event log ("killed by signal 9", "no such user alice")
 };
 
+// What an ENDING attempt still holds on a node that went down before its agent could
+// confirm the attempt's ranks dead. The job moves on without it; the GPUs (and the master
+// port, when rank 0 ran there) stay held until the agent confirms or an admin clears.
+struct Fence {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::string node;
+  std::vector<int> gpus;
+  std::string host;  // the master port's host, or empty
+  int port = 0;      // 0: no port
+
+  bool operator==(const Fence&) const = default;
+};
+
 // One job state change. The service persists it (one transaction), then acts on it.
 struct JobChange {
   model::JobId job = 0;
@@ -126,6 +140,15 @@ class Scheduler {
   // port, if it is the first node) serve other jobs from now on. The job keeps the rest
   // until RanksGone. NotFound / Conflict when the job is not ENDING on that node.
   Result<void> release_node(model::JobId id, std::string_view node, TimePoint now);
+  // An ENDING job's ranks on `node` cannot be confirmed (the node is down): what the job
+  // holds there becomes a Fence, and the job no longer waits for that node.
+  Result<Fence> fence_node(model::JobId id, std::string_view node, TimePoint now);
+  // Holds a fence again (after a restart). Conflict when its GPUs or port are taken.
+  Result<void> restore_fence(const Fence& fence);
+  // The node confirmed the attempt gone, or an admin cleared it: frees what the fence
+  // held. False when there is no such fence.
+  bool lift_fence(model::JobId job, int attempt, std::string_view node);
+  const std::vector<Fence>& fences() const { return fences_; }
   const SchedJob* job(model::JobId id) const;
   std::size_t live_jobs() const { return jobs_.size(); }
 
@@ -193,6 +216,7 @@ class Scheduler {
   // Per-job cache of matching classes; cleared when a new class appears.
   mutable std::unordered_map<model::JobId, std::vector<int>> class_cache_;
   PortBook ports_;
+  std::vector<Fence> fences_;
   FairShare fair_share_;
   std::unordered_map<std::string, int> gpus_by_user_;
   PassStats last_pass_;

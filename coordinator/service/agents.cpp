@@ -107,6 +107,14 @@ void Coordinator::node_lost(const std::string& name, const std::string& reason, 
     if (kept) r->insert(r->end(), kept->begin(), kept->end());
   }
   node_changed(*scheduler_.node(name), *r);
+  // Jobs that were ending already: their ranks there will not be confirmed soon.
+  std::vector<model::JobId> ending;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state == JobState::Ending) ending.push_back(id);
+  }
+  for (model::JobId id : ending) {
+    if (Job* job = live_job(id)) settle_ending(*job);
+  }
 }
 
 void Coordinator::on_hello(const std::shared_ptr<net::WsConnection>& conn, protocol::Hello hello) {
@@ -212,6 +220,11 @@ void Coordinator::on_synced(const std::string& node) {
 }
 
 void Coordinator::kill_unconfirmed(const std::string& node) {
+  for (const auto& f : scheduler_.fences()) {
+    if (f.node != node) continue;
+    protocol::Kill msg{f.job, f.attempt, config_.kill_grace.count()};
+    committer_.then([this, node, msg] { send(node, msg); });
+  }
   for (const auto& [id, job] : jobs_) {
     if (job.record.state != JobState::Ending) continue;
     bool waiting = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
@@ -223,6 +236,11 @@ void Coordinator::kill_unconfirmed(const std::string& node) {
 }
 
 void Coordinator::on_attempt_gone(const std::string& node, const protocol::AttemptGone& m) {
+  if (const store::JobRecord* owner = fence_owner(m.job)) {
+    bool fenced = std::any_of(owner->fences.begin(), owner->fences.end(),
+                              [&](const store::Fence& f) { return f.attempt == m.attempt && f.node == node; });
+    if (fenced) return lift_fence(m.job, m.attempt, node, "its agent confirmed no process is left");
+  }
   Job* job = live_job(m.job);
   if (job == nullptr || job->record.attempt != m.attempt) return;  // stale: already over
   bool there = std::any_of(job->record.ranks.begin(), job->record.ranks.end(),
@@ -259,16 +277,61 @@ void Coordinator::confirm_gone(Job& job, const std::string& node, const std::str
   }
 }
 
+bool Coordinator::agent_lost(const std::string& node) const {
+  auto it = links_.find(node);
+  return it != links_.end() && it->second.lost;
+}
+
 void Coordinator::settle_ending(Job& job) {
-  const auto& rec = job.record;
+  auto& rec = job.record;
   if (rec.state != JobState::Ending || !rec.allocation) return;
+  TimePoint now = clock_.now();
   bool released = false;
   for (const auto& na : rec.allocation->nodes) {
-    if (store::node_released(rec, na.node)) released = scheduler_.release_node(rec.id, na.node, clock_.now()).has_value() || released;
+    if (store::node_released(rec, na.node)) {
+      released = scheduler_.release_node(rec.id, na.node, now).has_value() || released;
+    } else if (agent_lost(na.node)) {
+      // Nobody can confirm these ranks dead while the node is away: fence what they hold,
+      // so the job can end (or be requeued) without them.
+      auto f = scheduler_.fence_node(rec.id, na.node, now);
+      if (!f) continue;
+      rec.fences.push_back({f->attempt, f->node, f->gpus, f->host, f->port});
+      persist_job(job, "ranks on " + na.node + " not confirmed dead (the node is lost): its GPUs" +
+                           (f->port != 0 ? " and port " + std::to_string(f->port) : std::string()) +
+                           " stay fenced until its agent confirms or an admin clears it");
+    }
   }
   if (released) request_pass();  // those GPUs serve other jobs now
-  bool all = std::all_of(rec.ranks.begin(), rec.ranks.end(), [](const auto& r) { return r.gone; });
+  bool all = std::all_of(rec.allocation->nodes.begin(), rec.allocation->nodes.end(),
+                         [&](const auto& na) { return store::node_released(rec, na.node); });
   if (all) job_event(rec.id, rec.attempt, sched::JobEvent::RanksGone);
+}
+
+store::JobRecord* Coordinator::fence_owner(model::JobId id) {
+  if (Job* j = live_job(id)) return &j->record;
+  auto it = fenced_.find(id);
+  return it == fenced_.end() ? nullptr : &it->second.record;
+}
+
+void Coordinator::lift_fence(model::JobId id, int attempt, const std::string& node, const std::string& why) {
+  store::JobRecord* rec = fence_owner(id);
+  if (rec == nullptr) return;
+  auto f = std::find_if(rec->fences.begin(), rec->fences.end(),
+                        [&](const store::Fence& x) { return x.attempt == attempt && x.node == node; });
+  if (f == rec->fences.end()) return;
+  rec->fences.erase(f);
+  scheduler_.lift_fence(id, attempt, node);
+  spdlog::info("job {} attempt {}: fence on {} lifted ({})", id, attempt, node, why);
+  store::Change change;
+  change.mutations.emplace_back(store::UpdateJob{*rec});
+  change.mutations.emplace_back(store::AppendEvent{
+      {id, clock_.now(), "attempt " + std::to_string(attempt) + " on " + node + ": " + why + "; its fence is lifted"}});
+  committer_.enqueue(std::move(change));
+  if (auto it = fenced_.find(id); it != fenced_.end() && !rec->fenced()) {
+    remember_ended(std::move(it->second));  // `rec` dangles from here on
+    fenced_.erase(it);
+  }
+  request_pass();
 }
 
 void Coordinator::reconcile(const std::string& node) {

@@ -369,12 +369,22 @@ net::HttpResponse Coordinator::clear_node(const std::string& name, const Caller&
   }
   std::sort(ids.begin(), ids.end());
   Json cleared = Json::array();
+  std::string why = "declared dead by admin " + caller.user + " (corral nodes --clear)";
   for (model::JobId id : ids) {
     Job* job = live_job(id);
     if (job == nullptr) continue;
     cleared.push_back(Json{{"id", id}, {"attempt", job->record.attempt}});
     spdlog::warn("admin {} declared the ranks of job {} on {} dead", caller.user, id, name);
-    confirm_gone(*job, name, "ranks on " + name + " declared dead by admin " + caller.user + " (corral nodes --clear)");
+    confirm_gone(*job, name, "ranks on " + name + " " + why);
+  }
+  std::vector<sched::Fence> fences;
+  for (const auto& f : scheduler_.fences()) {
+    if (f.node == name) fences.push_back(f);
+  }
+  for (const auto& f : fences) {
+    cleared.push_back(Json{{"id", f.job}, {"attempt", f.attempt}});
+    spdlog::warn("admin {} declared the ranks of job {} attempt {} on {} dead", caller.user, f.job, f.attempt, name);
+    lift_fence(f.job, f.attempt, name, "ranks " + why);
   }
   return json_response(200, Json{{"node", name}, {"cleared", cleared}});
 }

@@ -59,6 +59,7 @@ Result<void> Coordinator::start() {
   }
   std::size_t running = 0;
   for (auto& record : snapshot->active_jobs) {
+    if (model::is_terminal(record.state)) continue;  // ended; only its fences live on (below)
     auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
     if (!spec) {
       spdlog::error("job {} has a spec that no longer parses; it is failed: {}", record.id, spec.error().message());
@@ -68,7 +69,7 @@ Result<void> Coordinator::start() {
       committer_.enqueue({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
       continue;
     }
-    Job job{record, *spec};
+    Job job{record, *spec, {}};
     Result<void> ok;
     if (record.state == JobState::Pending) {
       ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);
@@ -102,6 +103,17 @@ Result<void> Coordinator::start() {
       continue;
     }
     jobs_.emplace(record.id, std::move(job));
+  }
+  // Fences of earlier attempts, for live jobs and ended ones alike.
+  for (const auto& record : snapshot->active_jobs) {
+    for (const auto& f : record.fences) {
+      auto ok = scheduler_.restore_fence({record.id, f.attempt, f.node, f.gpus, f.host, f.port});
+      if (!ok) spdlog::error("job {}: fence on {} could not be restored: {}", record.id, f.node, ok.error().message());
+    }
+    if (model::is_terminal(record.state) && record.fenced()) {
+      auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
+      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}});
+    }
   }
   // Every node is down until its agent says hello; the jobs on them stay as they are
   // through the grace period (set_node_state would lose them now).
@@ -138,6 +150,7 @@ Coordinator::Job* Coordinator::live_job(model::JobId id) {
 
 Coordinator::Job* Coordinator::any_job(model::JobId id) {
   if (Job* j = live_job(id)) return j;
+  if (auto f = fenced_.find(id); f != fenced_.end()) return &f->second;
   auto it = ended_.find(id);
   return it == ended_.end() ? nullptr : &it->second;
 }
@@ -294,7 +307,11 @@ void Coordinator::apply_change(const sched::JobChange& change) {
     Job ended = std::move(*job);
     jobs_.erase(change.job);
     committer_.then([this, id = change.job] { answer_job_waits(id); });
-    remember_ended(std::move(ended));
+    if (ended.record.fenced()) {
+      fenced_.insert_or_assign(change.job, std::move(ended));  // earlier attempts still hold fences
+    } else {
+      remember_ended(std::move(ended));
+    }
     request_pass();  // its GPUs are free
   } else if (change.to == JobState::Pending) {
     request_pass();

@@ -124,6 +124,11 @@ class Coordinator final : public net::ServerHandler {
   // Frees the nodes of an ENDING job whose ranks are all confirmed gone; RanksGone when
   // every node is.
   void settle_ending(Job& job);
+  // The record that holds job `id`'s fences: a live job's, or an ended one's.
+  store::JobRecord* fence_owner(model::JobId id);
+  // Frees the fence of (job, attempt) on `node`; `why` goes to the event log.
+  void lift_fence(model::JobId id, int attempt, const std::string& node, const std::string& why);
+  bool agent_lost(const std::string& node) const;
   // Kill to `node` for every ENDING job whose ranks there are not confirmed gone.
   void kill_unconfirmed(const std::string& node);
   void reconcile(const std::string& node);
@@ -165,6 +170,8 @@ class Coordinator final : public net::ServerHandler {
   std::map<std::string, Link> links_;
   std::unordered_map<model::JobId, Job> jobs_;   // live jobs
   std::map<model::JobId, Job> ended_;            // recently ended, for late rank reports
+  // Ended jobs whose earlier attempts still hold fences (live jobs keep theirs in jobs_).
+  std::map<model::JobId, Job> fenced_;
   std::deque<model::JobId> ended_order_;
   struct CachedUser {
     store::User user;

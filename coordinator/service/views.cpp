@@ -42,11 +42,18 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
                          {"signal", opt(k.signal)},
                          {"gone", k.gone}});
   }
+  Json fences = Json::array();
+  for (const auto& f : r.fences) {
+    fences.push_back(Json{{"attempt", f.attempt}, {"node", f.node}, {"gpus", f.gpus},
+                          {"port", f.port == 0 ? Json(nullptr) : Json(f.port)}});
+  }
   // ENDING: the ranks whose end is not confirmed yet, and whether each still runs.
   Json waiting = Json::array();
   if (r.state == model::JobState::Ending) {
     for (const auto& k : r.ranks) {
-      if (k.gone) continue;
+      bool fenced = std::any_of(r.fences.begin(), r.fences.end(),
+                                [&](const auto& f) { return f.attempt == r.attempt && f.node == k.node; });
+      if (k.gone || fenced) continue;
       waiting.push_back(Json{{"rank", k.rank}, {"node", k.node}, {"alive", !model::rank_ended(k.state)}});
     }
   }
@@ -79,6 +86,7 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
          {"exit_code", opt(r.exit_code)},
          {"outcome", r.outcome ? Json(std::string(model::to_string(*r.outcome))) : Json(nullptr)},
          {"waiting_for", waiting},
+         {"fences", fences},
          {"ranks", ranks}};
   if (r.allocation) {
     for (const auto& na : r.allocation->nodes) j["node_list"].push_back(na.node);

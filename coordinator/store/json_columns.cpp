@@ -94,6 +94,25 @@ Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text) {
   });
 }
 
+std::string fences_to_json(const std::vector<Fence>& fences) {
+  json doc = json::array();
+  for (const auto& f : fences) {
+    doc.push_back({{"attempt", f.attempt}, {"node", f.node}, {"gpus", f.gpus}, {"host", f.host}, {"port", f.port}});
+  }
+  return dump(doc);
+}
+
+Result<std::vector<Fence>> fences_from_json(std::string_view text) {
+  return decode<std::vector<Fence>>(text, "fences", json::value_t::array, [](const json& doc) {
+    std::vector<Fence> out;
+    for (const auto& f : doc) {
+      out.push_back({f.at("attempt").get<int>(), f.at("node").get<std::string>(), f.at("gpus").get<std::vector<int>>(),
+                     f.at("host").get<std::string>(), f.at("port").get<int>()});
+    }
+    return out;
+  });
+}
+
 std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
   auto optional_int = [](const std::optional<int>& v) { return v ? json(*v) : json(nullptr); };
   json doc = json::array();

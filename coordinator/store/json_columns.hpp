@@ -20,6 +20,10 @@ std::string allocation_to_json(const model::Allocation& allocation);
 std::string gpus_to_json(const std::vector<model::Gpu>& gpus);
 [[nodiscard]] Result<std::vector<model::Gpu>> gpus_from_json(std::string_view text);
 
+// A list of Fence.
+std::string fences_to_json(const std::vector<Fence>& fences);
+[[nodiscard]] Result<std::vector<Fence>> fences_from_json(std::string_view text);
+
 // A list of RankRecord; an absent exit code or signal is stored as null.
 std::string ranks_to_json(const std::vector<RankRecord>& ranks);
 [[nodiscard]] Result<std::vector<RankRecord>> ranks_from_json(std::string_view text);

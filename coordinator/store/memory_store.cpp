@@ -71,10 +71,10 @@ Result<void> MemoryStore::hold_resources(const JobRecord& job) {
     if (!inserted) return std::unexpected(gpu_held_error(gpu, it->second, job.id));
     undo_.push_back([this, key = std::move(gpu)] { gpu_holds_.erase(key); });
   }
-  if (auto port = port_held_by(job)) {
-    auto [it, inserted] = port_holds_.emplace(*port, job.id);
-    if (!inserted) return std::unexpected(port_held_error(*port, it->second, job.id));
-    undo_.push_back([this, key = std::move(*port)] { port_holds_.erase(key); });
+  for (PortKey& port : ports_held_by(job)) {
+    auto [it, inserted] = port_holds_.emplace(port, job.id);
+    if (!inserted) return std::unexpected(port_held_error(port, it->second, job.id));
+    undo_.push_back([this, key = std::move(port)] { port_holds_.erase(key); });
   }
   return {};
 }
@@ -126,7 +126,7 @@ Result<Snapshot> MemoryStore::load() {
   Snapshot snap;
   for (const auto& [name, node] : nodes_) snap.nodes.push_back(node);
   for (const auto& [id, job] : jobs_) {
-    if (!model::is_terminal(job.state)) snap.active_jobs.push_back(job);
+    if (!model::is_terminal(job.state) || job.fenced()) snap.active_jobs.push_back(job);
   }
   if (!jobs_.empty()) snap.max_job_id = jobs_.rbegin()->first;
   return snap;

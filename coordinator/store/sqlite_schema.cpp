@@ -81,9 +81,11 @@ CREATE TABLE users (
 )sql";
 
 // Version 3: the ENDING state's outcome (the state a job moves to once every rank is
-// confirmed gone; empty otherwise). Ranks gain "gone" in their JSON.
+// confirmed gone; empty otherwise), and fences: what an earlier attempt still holds on
+// nodes that went down before confirming (JSON list). Ranks gain "gone" in their JSON.
 constexpr std::string_view kMigration3 = R"sql(
 ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN fences TEXT NOT NULL DEFAULT '[]';
 )sql";
 
 constexpr SqliteMigration kMigrations[] = {

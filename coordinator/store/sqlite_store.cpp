@@ -13,18 +13,18 @@ namespace corral::store {
 
 namespace {
 
-// Column order of every job SELECT and of the ?1..?17 parameters of INSERT and UPDATE.
+// Column order of every job SELECT and of the ?1..?18 parameters of INSERT and UPDATE.
 constexpr std::string_view kSelectJob =
     "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
-    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome FROM jobs ";
+    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences FROM jobs ";
 constexpr std::string_view kInsertJob =
     "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
-    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
 constexpr std::string_view kUpdateJob =
     "UPDATE jobs SET user = ?2, name = ?3, spec_yaml = ?4, state = ?5, reason = ?6, attempt = ?7, "
     "submitted_at = ?8, started_at = ?9, ended_at = ?10, allocation = ?11, nccl_id = ?12, failed_rank = ?13, "
-    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17 WHERE id = ?1";
+    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17, fences = ?18 WHERE id = ?1";
 constexpr std::string_view kUpsertNode =
     "INSERT INTO nodes (name, address, state, reason, simulated, port_first, port_last, gpus) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -56,8 +56,8 @@ const std::string& select_all_jobs_sql() {
 }
 
 const std::string& select_active_jobs_sql() {
-  static const std::string sql = std::string(kSelectJob) + "WHERE state IN (" + active_states_sql() +
-                                 ") AND (?1 IS NULL OR user = ?1) ORDER BY id";
+  static const std::string sql = std::string(kSelectJob) + "WHERE (state IN (" + active_states_sql() +
+                                 ") OR fences <> '[]') AND (?1 IS NULL OR user = ?1) ORDER BY id";
   return sql;
 }
 
@@ -90,7 +90,8 @@ void bind_job(SqliteStatement& stmt, const JobRecord& job) {
       .bind(14, job.failed_node)
       .bind(15, optional_int(job.exit_code))
       .bind(16, ranks_to_json(job.ranks))
-      .bind(17, job.outcome ? std::string(model::to_string(*job.outcome)) : std::string());
+      .bind(17, job.outcome ? std::string(model::to_string(*job.outcome)) : std::string())
+      .bind(18, fences_to_json(job.fences));
 }
 
 // Values we wrote ourselves; a mismatch means the file was damaged or edited by hand.
@@ -131,6 +132,9 @@ Result<JobRecord> read_job(const SqliteStatement& stmt) {
     if (!o) return make_error(ErrorCode::Internal, context("unknown outcome \"" + outcome + "\" in the database"));
     job.outcome = *o;
   }
+  auto fences = fences_from_json(stmt.text(17));
+  if (!fences) return make_error(ErrorCode::Internal, context(fences.error().message()));
+  job.fences = std::move(*fences);
   return job;
 }
 
@@ -327,12 +331,13 @@ Result<void> SqliteStore::hold_resources(const JobRecord& job) {
     if (!row) return std::unexpected(row.error().with_context(context));
     return std::unexpected(gpu_held_error(gpu, *row ? (*holder)->int64(0) : 0, job.id));
   }
-  if (auto port = port_held_by(job)) {
+  for (const PortKey& held : ports_held_by(job)) {
+    const PortKey* port = &held;
     auto stmt = db_->prepare("INSERT INTO port_holds (host, port, job_id) VALUES (?1, ?2, ?3)");
     if (!stmt) return std::unexpected(stmt.error());
     (*stmt)->bind(1, port->host).bind(2, std::int64_t{port->port}).bind(3, job.id);
     auto ok = (*stmt)->run();
-    if (ok) return {};
+    if (ok) continue;
     if ((*stmt)->extended_error_code() != SQLITE_CONSTRAINT_PRIMARYKEY) {
       return std::unexpected(ok.error().with_context(context));
     }

@@ -47,6 +47,20 @@ struct User {
   bool operator==(const User&) const = default;
 };
 
+// What an earlier attempt of a job still holds on a node that went down before its agent
+// confirmed the attempt's ranks dead: those GPUs (and the master port, if rank 0 ran
+// there) serve nobody until the agent comes back and confirms, or an admin clears the node.
+// The job itself has moved on (ended, or requeued).
+struct Fence {
+  int attempt = 0;
+  std::string node;
+  std::vector<int> gpus;
+  std::string host;                           // the fenced master port's host, or empty
+  int port = 0;                               // 0: no port fenced
+
+  bool operator==(const Fence&) const = default;
+};
+
 struct JobRecord {
   model::JobId id = 0;                        // assigned by the caller, unique, > 0
   std::string user;
@@ -68,6 +82,9 @@ struct JobRecord {
   // While ENDING: the state it moves to once every rank is confirmed gone (a terminal
   // state, or PENDING for a requeue with attempt + 1).
   std::optional<model::JobState> outcome;
+  std::vector<Fence> fences;                  // held whatever the state; see Fence
+
+  bool fenced() const { return !fences.empty(); }
 
   bool operator==(const JobRecord&) const = default;
 };
@@ -88,7 +105,8 @@ struct InsertJob {
 // Replaces every field of an existing job. NotFound if absent. While the new state holds
 // resources (STARTING, RUNNING, ENDING) the allocation's GPUs (node, index) and master port
 // (master_addr, master_port) are held by this job, except, while ENDING, those of nodes
-// whose every rank is confirmed gone (the port goes with the first node); Conflict if another job holds any of
+// whose every rank is confirmed gone (the port goes with the first node); and, in any
+// state, what its fences list; Conflict if another job holds any of
 // them. In any other state the job holds nothing: terminal states release in the same
 // transaction. InvalidArgument for STARTING/RUNNING without an allocation, or a GPU listed
 // twice. Port 0 means no master port yet: none is held.
@@ -123,7 +141,7 @@ struct JobQuery {
 // Everything the coordinator needs to rebuild its state after a restart.
 struct Snapshot {
   std::vector<model::Node> nodes;
-  std::vector<JobRecord> active_jobs;         // not terminal
+  std::vector<JobRecord> active_jobs;         // not terminal, or holding fences
   model::JobId max_job_id = 0;                // over all jobs ever stored
 };
 

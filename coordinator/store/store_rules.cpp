@@ -18,6 +18,9 @@ Result<void> check_job_record(const JobRecord& job) {
 
 bool node_released(const JobRecord& job, const std::string& node) {
   if (job.state != model::JobState::Ending) return false;
+  for (const auto& f : job.fences) {
+    if (f.attempt == job.attempt && f.node == node) return true;  // held by the fence instead
+  }
   bool any = false;
   for (const auto& r : job.ranks) {
     if (r.node != node) continue;
@@ -29,6 +32,9 @@ bool node_released(const JobRecord& job, const std::string& node) {
 
 std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
   std::vector<GpuKey> gpus;
+  for (const auto& f : job.fences) {
+    for (int index : f.gpus) gpus.push_back({f.node, index});
+  }
   if (!model::holds_resources(job.state) || !job.allocation) return gpus;
   for (const auto& node : job.allocation->nodes) {
     if (node_released(job, node.node)) continue;
@@ -37,13 +43,18 @@ std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
   return gpus;
 }
 
-std::optional<PortKey> port_held_by(const JobRecord& job) {
+std::vector<PortKey> ports_held_by(const JobRecord& job) {
+  std::vector<PortKey> ports;
+  for (const auto& f : job.fences) {
+    if (f.port != 0) ports.push_back({f.host, f.port});
+  }
   // Port 0: the allocation has no master port yet, so there is nothing to hold.
   if (!model::holds_resources(job.state) || !job.allocation || job.allocation->master_port == 0 ||
       job.allocation->nodes.empty() || node_released(job, job.allocation->nodes.front().node)) {
-    return std::nullopt;
+    return ports;
   }
-  return PortKey{job.allocation->master_addr, job.allocation->master_port};
+  ports.push_back({job.allocation->master_addr, job.allocation->master_port});
+  return ports;
 }
 
 Error job_exists_error(model::JobId id) {
@@ -65,6 +76,10 @@ Error gpu_held_error(const GpuKey& gpu, model::JobId holder, model::JobId job) {
 }
 
 Error port_held_error(const PortKey& port, model::JobId holder, model::JobId job) {
+  if (holder == job) {
+    return Error(ErrorCode::InvalidArgument, "port " + std::to_string(port.port) + " on host " + port.host +
+                                                 " is listed twice for job " + std::to_string(job));
+  }
   return Error(ErrorCode::Conflict, "port " + std::to_string(port.port) + " on host " + port.host +
                                         " is held by job " + std::to_string(holder) + ", not free for job " +
                                         std::to_string(job));

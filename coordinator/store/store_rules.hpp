@@ -33,13 +33,13 @@ struct PortKey {
 [[nodiscard]] Result<void> check_job_record(const JobRecord& job);
 
 // Whether an ENDING job has let go of `node`: every one of its ranks there is confirmed
-// gone. Always false in other states.
+// gone, or what it held there became a fence. Always false in other states.
 bool node_released(const JobRecord& job, const std::string& node);
 // The GPUs and master port a job in this record holds: none unless its state holds
 // resources, and while ENDING none on released nodes (the port lives on the first node).
 // Each GPU appears as often as the allocation lists it.
 std::vector<GpuKey> gpus_held_by(const JobRecord& job);
-std::optional<PortKey> port_held_by(const JobRecord& job);
+std::vector<PortKey> ports_held_by(const JobRecord& job);
 
 // What UpsertUser accepts: a name of 1 to 64 characters of [A-Za-z0-9._-] (it is also a
 // Unix user name) and a token hash of exactly 64 lowercase hex characters.
@@ -52,7 +52,7 @@ Error job_not_found_error(model::JobId id, std::string_view action);
 // holder == job: the allocation lists the GPU twice (InvalidArgument); otherwise another
 // job holds it (Conflict).
 Error gpu_held_error(const GpuKey& gpu, model::JobId holder, model::JobId job);
-// A job holds one port, so the holder is always another job: Conflict.
+// holder == job: the job lists the port twice (InvalidArgument); otherwise Conflict.
 Error port_held_error(const PortKey& port, model::JobId holder, model::JobId job);
 
 }  // namespace corral::store

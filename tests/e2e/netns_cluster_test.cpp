@@ -259,7 +259,7 @@ TEST_F(NetnsCluster, ASigkilledAgentsNodeGoesDownAndItsJobEndsNodeFailWithinTheT
   agent(lost).kill9();
   Json j = wait_end(id);
   EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
-  auto failed_at = event_time(j, "RUNNING -> NODE_FAIL");
+  auto failed_at = event_time(j, "RUNNING -> ENDING (NODE_FAIL");
   ASSERT_TRUE(failed_at.has_value()) << j.dump(2);
   EXPECT_LT(*failed_at - killed_at, kNodeTimeout + 1s) << j.dump(2);
   Json n = node(lost);
@@ -290,7 +290,7 @@ TEST_F(NetnsCluster, AJobWithARetryRunsAgainOnTheNodesLeftAfterOneIsLost) {
   ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
   EXPECT_EQ(j["attempt"], 1);
   // The lost attempt was given up (and the job requeued) as fast as a NODE_FAIL.
-  auto requeued_at = event_time(j, "RUNNING -> PENDING");
+  auto requeued_at = event_time(j, "RUNNING -> ENDING (requeued");
   ASSERT_TRUE(requeued_at.has_value()) << j.dump(2);
   EXPECT_LT(*requeued_at - killed_at, kNodeTimeout + 1s) << j.dump(2);
   for (const auto& name : j["node_list"]) EXPECT_NE(name, lost);
@@ -339,7 +339,7 @@ TEST_F(NetnsCluster, ACutLinkLosesTheNodeAndWhenItReturnsTheAgentRejoinsAndKills
   ASSERT_TRUE(lab_->cut(host_of(cut)));
   Json j = wait_end(id);
   EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
-  auto failed_at = event_time(j, "RUNNING -> NODE_FAIL");
+  auto failed_at = event_time(j, "RUNNING -> ENDING (NODE_FAIL");
   ASSERT_TRUE(failed_at.has_value()) << j.dump(2);
   EXPECT_LT(*failed_at - cut_at, kNodeTimeout + 1s) << j.dump(2);
   EXPECT_EQ(node(cut)["state"], "down") << node(cut).dump();

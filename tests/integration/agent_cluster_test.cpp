@@ -197,30 +197,26 @@ TEST_F(AgentClusterTest, ASigkilledAgentMakesItsNodeDownAndTheJobNodeFail) {
   ASSERT_EQ(running.size(), 4u);
   auto killed_at = std::chrono::steady_clock::now();
   b_->kill9();
-  ASSERT_TRUE(reaches(id, "ENDING"));
+  Json j = wait_end(id);
   auto took = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
   EXPECT_LT(took, 1500ms + 1s) << "node_timeout plus a second";
-  EXPECT_EQ(job(id)["outcome"], "NODE_FAIL");
   Json nodes = Json::parse(call("GET", "/v1/nodes").body);
   EXPECT_EQ(nodes[1]["state"], "down");
   // gpu-a was told to kill its ranks and confirmed; gpu-b's are orphans of the dead agent,
-  // not confirmed dead: the job stays ENDING and holds gpu-b's GPUs...
+  // not confirmed dead: their GPUs stay fenced...
   EXPECT_TRUE(all_gone({running[0], running[1]}));
   EXPECT_TRUE(testing::running(running[2]));
-  EXPECT_TRUE(eventually(
-      [&] {
-        Json now = job(id);
-        return now["waiting_for"].size() == 2u && now["waiting_for"][0]["node"] == "gpu-b";
-      },
-      5s))
-      << job(id).dump(2);
-  EXPECT_EQ(job(id)["state"], "ENDING");
+  ASSERT_EQ(j["fences"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["fences"][0]["node"], "gpu-b");
+  EXPECT_EQ(nodes[1]["gpus"][0]["job"], id) << nodes[1].dump();
   // ...until an agent starts again there, kills what its spool says the last one left,
-  // and confirms: then the job ends.
+  // and confirms.
   ASSERT_TRUE(b_->start());
   EXPECT_TRUE(all_gone({running[2], running[3]}));
-  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");
+  EXPECT_TRUE(eventually([&] { return job(id)["fences"].empty(); }, 5s)) << job(id).dump(2);
   EXPECT_TRUE(eventually([&] { return Json::parse(call("GET", "/v1/nodes").body)[1]["state"] == "up"; }, 5s));
+  EXPECT_TRUE(Json::parse(call("GET", "/v1/nodes").body)[1]["gpus"][0]["job"].is_null());
 }
 
 TEST_F(AgentClusterTest, AJobRunningWhenTheCoordinatorIsKilledCompletesAfterItsRestart) {
@@ -307,16 +303,14 @@ TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinator
   ASSERT_TRUE(reaches(id, "RUNNING"));
   ASSERT_EQ(call("POST", "/v1/nodes/gpu-b/drain", R"({"reason": "new PSU"})").status, 200);
   b_->stop();
-  // node_timeout passes: the job is lost with the node (ENDING: gpu-b's ranks are not
-  // confirmed dead while its agent is away), and the drain stays.
-  ASSERT_TRUE(reaches(id, "ENDING"));
-  EXPECT_EQ(job(id)["outcome"], "NODE_FAIL");
+  // node_timeout passes: the job is lost with the node, and the drain stays.
+  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");
   Json b = node_b();
   EXPECT_EQ(b["state"], "drained") << b.dump();
   EXPECT_EQ(b["reason"], "new PSU");
   EXPECT_EQ(b["connected"], false);
   ASSERT_TRUE(b_->start());
-  EXPECT_EQ(wait_end(id)["state"], "NODE_FAIL");  // the new agent confirmed gpu-b clean
+  EXPECT_TRUE(eventually([&] { return job(id)["fences"].empty(); }, 5s));  // gpu-b confirmed clean
   b = node_b();
   EXPECT_EQ(b["state"], "drained") << b.dump();
   EXPECT_EQ(b["connected"], true);
@@ -342,6 +336,106 @@ TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinator
   EXPECT_EQ(call("POST", "/v1/nodes/gpu-b/resume").status, 200);
   EXPECT_EQ(node_b()["state"], "up");
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(one) + "/cancel").status, 200);
+}
+
+// The issue's first failure, from outside: a job ends while the coordinator is down. Its
+// agents hold the exit reports back and send them after the next hello; the job is
+// COMPLETED, not requeued or NODE_FAIL, and its command ran once.
+TEST_F(AgentClusterTest, AJobThatEndsWhileTheCoordinatorIsDownIsCompletedAndRanOnce) {
+  std::string ran_r2 = dir_.file("ran-retries2");
+  std::string ran_r0 = dir_.file("ran-retries0");
+  std::string done = dir_.file("done");
+  // Rank 0 of each job appends a line per run; every rank waits for `done`, then exits 0.
+  auto spec = [&](const std::string& file, int retries) {
+    return "name: once\ncommand: \"[ $RANK = 0 ] && echo ran >> " + file + "; while [ ! -e " + done +
+           " ]; do sleep 0.05; done\"\nretries: " + std::to_string(retries) +
+           "\nresources: {nodes: 1, gpus_per_node: 1}\n";
+  };
+  model::JobId with_retries = submit(spec(ran_r2, 2));
+  model::JobId without = submit(spec(ran_r0, 0));
+  ASSERT_TRUE(reaches(with_retries, "RUNNING"));
+  ASSERT_TRUE(reaches(without, "RUNNING"));
+  std::vector<std::pair<model::JobId, AgentProcess*>> where;
+  for (model::JobId id : {with_retries, without}) {
+    where.emplace_back(id, job(id)["ranks"][0]["node"] == "gpu-a" ? a_.get() : b_.get());
+  }
+  coord_.kill9();
+  std::ofstream(done) << "done\n";
+  // Both ranks end while no coordinator runs: each agent logs the end it holds back.
+  for (auto [id, agent] : where) {
+    std::string line = "job " + std::to_string(id) + " rank 0 exited with code 0";
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto all = agent->process().lines();
+          return std::any_of(all.begin(), all.end(), [&](const std::string& l) { return l.find(line) != std::string::npos; });
+        },
+        10s))
+        << line;
+  }
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client(70s);
+  for (model::JobId id : {with_retries, without}) {
+    Json j = wait_end(id);
+    EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
+    EXPECT_EQ(j["attempt"], 0);
+    EXPECT_EQ(j["exit_code"], 0);
+  }
+  auto lines = [](const std::string& path) {
+    std::ifstream in(path);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line == "ran";
+    return n;
+  };
+  EXPECT_EQ(lines(ran_r2), 1) << "the job with retries ran more than once";
+  EXPECT_EQ(lines(ran_r0), 1);
+}
+
+// The issue's second failure: GPUs and a port serve the next job only once the previous
+// job's ranks are confirmed dead, also a rank that ignores SIGTERM and a process that left
+// its rank's process group.
+TEST_F(AgentClusterTest, TheNextJobStartsOnlyWhenThePreviousJobsRanksAreDead) {
+  std::string pids_file = dir_.file("first.pids");
+  std::string seen = dir_.file("seen");
+  // Every GPU of both nodes, a 1 s time limit, ranks that ignore SIGTERM (kill_grace 1 s),
+  // and one process per rank in a session of its own.
+  model::JobId first = submit(two_node("\"trap '' TERM; setsid sleep 61 & echo $! >> " + pids_file +
+                                           "; sleep 61 & echo $! >> " + pids_file + "; wait\"",
+                                       "time_limit: 1s\n"));
+  ASSERT_TRUE(reaches(first, "RUNNING"));
+  // Queued for the same GPUs: it records which of the first job's processes it can see.
+  model::JobId second = submit(two_node("\"for p in $(cat " + pids_file +
+                                        "); do kill -0 $p 2>/dev/null && echo alive $p; done >> " + seen +
+                                        "; echo checked >> " + seen + "\""));
+  Json j = wait_end(first);
+  EXPECT_EQ(j["state"], "TIMEOUT") << j.dump(2);
+  Json s2 = wait_end(second);
+  EXPECT_EQ(s2["state"], "COMPLETED") << s2.dump(2);
+  std::ifstream in(seen);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all.find("alive"), std::string::npos) << "the next job saw the previous job's processes:\n" << all;
+  EXPECT_NE(all.find("checked"), std::string::npos);
+  // The first job's port was free for the second, not "in use outside corral".
+  EXPECT_EQ(s2["master_port"], j["master_port"]);
+  bool ending_shown = false;
+  for (const auto& e : j["events"]) {
+    ending_shown = ending_shown || e["text"].get<std::string>().find("-> ENDING (TIMEOUT") != std::string::npos;
+  }
+  EXPECT_TRUE(ending_shown) << j["events"].dump(1);
+  // The second job started after the first had ended, i.e. after every rank was gone.
+  EXPECT_GE(s2["started_at"].get<std::string>(), j["ended_at"].get<std::string>());
+}
+
+// The issue's third failure: a node whose agent is known to be disconnected gets no job.
+TEST_F(AgentClusterTest, NoJobGoesToANodeWhoseAgentIsDisconnected) {
+  b_->kill9();
+  ASSERT_TRUE(eventually([&] { return Json::parse(call("GET", "/v1/nodes").body)[1]["connected"] == false; }, 5s));
+  model::JobId id = submit(two_node("[sleep, '0']"));
+  Json j = job(id);
+  EXPECT_EQ(j["state"], "PENDING") << j.dump(2);
+  EXPECT_EQ(j["reason"], "NodeDown");
+  EXPECT_NE(j["detail"].get<std::string>().find("gpu-b"), std::string::npos) << j["detail"];
+  ASSERT_TRUE(b_->start());
+  EXPECT_EQ(wait_end(id)["state"], "COMPLETED");
 }
 
 }  // namespace

@@ -219,22 +219,28 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
   Json j = job(id);
   EXPECT_EQ(j["state"], "ENDING");
   EXPECT_EQ(j["outcome"], "NODE_FAIL");
+  EXPECT_EQ(j["waiting_for"].size(), 2u);  // gpu-a's ranks; gpu-b's are fenced
+  EXPECT_EQ(j["waiting_for"][0]["node"], "gpu-a");
   Json nodes = Json::parse(call("GET", "/v1/nodes").body);
   EXPECT_EQ(nodes[1]["name"], "gpu-b");
   EXPECT_EQ(nodes[1]["state"], "down");
-  // gpu-a confirms; gpu-b's ranks are LOST and not confirmed dead: its GPUs stay fenced,
-  // and the job waits, until its agent comes back or an admin clears the node.
+  // gpu-a confirms: the job ends. gpu-b's ranks are LOST and not confirmed dead: its GPUs
+  // and the port (rank 0 ran on gpu-a, so only GPUs here) stay fenced until its agent
+  // comes back or an admin clears the node.
   a.send(protocol::AttemptGone{id, 0});
-  ASSERT_TRUE(reaches(id, "ENDING"));
+  ASSERT_TRUE(reaches(id, "NODE_FAIL"));
   j = job(id);
   EXPECT_EQ(j["ranks"][2]["state"], "LOST");
-  EXPECT_EQ(j["waiting_for"].size(), 2u);
-  EXPECT_EQ(j["waiting_for"][0]["node"], "gpu-b");
+  ASSERT_EQ(j["fences"].size(), 1u);
+  EXPECT_EQ(j["fences"][0]["node"], "gpu-b");
+  EXPECT_EQ(j["fences"][0]["port"], nullptr);
   b.disconnect();
+  auto refused = call("POST", "/v1/nodes/gpu-a/clear");
+  EXPECT_EQ(refused.status, 409) << refused.body;  // its agent is there to confirm itself
   auto cleared = call("POST", "/v1/nodes/gpu-b/clear");
   ASSERT_EQ(cleared.status, 200) << cleared.body;
   EXPECT_EQ(Json::parse(cleared.body)["cleared"][0]["id"], id);
-  EXPECT_TRUE(reaches(id, "NODE_FAIL"));
+  EXPECT_TRUE(job(id)["fences"].empty());
   bool audited = false;
   Json ended = job(id);  // a local: ranging over a member of a temporary would dangle
   for (const auto& e : ended["events"]) {

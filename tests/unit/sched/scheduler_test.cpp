@@ -337,6 +337,49 @@ TEST_F(SchedulerTest, EndingJobsGpusGoNodeByNodeAsEachIsConfirmed) {
   EXPECT_FALSE(s_.port_holder("10.3.0.1", 29500).has_value());
 }
 
+TEST_F(SchedulerTest, ALostNodesGpusAreFencedWhileTheJobIsRequeuedElsewhere) {
+  add(node("a").gpus(1, kA100).address("10.4.0.1"));
+  add(node("b").gpus(1, kA100).address("10.4.0.2"));
+  add(node("c").gpus(1, kA100).address("10.4.0.3"));
+  submit(1, job().nodes(2, 1).retries(1));
+  pass();
+  const std::string master = alloc(1).nodes[0].node;
+  const std::string other = alloc(1).nodes[1].node;
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksStarted, now_).has_value());
+  auto ds = s_.set_node_state(master, model::NodeState::Down, "heartbeat timeout", now_);
+  ASSERT_TRUE(ds.has_value());
+  EXPECT_EQ(changes(*ds)[0].outcome, JobState::Pending);
+  auto fence = s_.fence_node(1, master, now_);
+  ASSERT_TRUE(fence.has_value());
+  EXPECT_EQ(fence->node, master);
+  EXPECT_EQ(fence->port, 29500);  // rank 0 ran there
+  EXPECT_FALSE(s_.fence_node(1, master, now_).has_value());  // once
+  ASSERT_TRUE(s_.release_node(1, other, now_).has_value());
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::RanksGone, now_).has_value());
+  EXPECT_EQ(s_.job(1)->attempt, 1);
+  // The fence outlives the attempt: the master's GPU and port serve nobody, even back up.
+  ASSERT_TRUE(s_.set_node_state(master, model::NodeState::Up, "", now_).has_value());
+  EXPECT_EQ(s_.gpu_holder(master, 0), 1);
+  auto fence_host = fence->host;
+  EXPECT_EQ(s_.port_holder(fence_host, 29500), 1);
+  submit(2, job().nodes(1, 1));
+  pass();
+  EXPECT_EQ(state(1), JobState::Starting);  // attempt 1 on the two nodes left
+  EXPECT_EQ(state(2), JobState::Pending);
+  for (const auto& na : alloc(1).nodes) EXPECT_NE(na.node, master);
+  EXPECT_FALSE(s_.lift_fence(1, 1, master));  // not that attempt
+  EXPECT_TRUE(s_.lift_fence(1, 0, master));
+  EXPECT_TRUE(s_.fences().empty());
+  EXPECT_FALSE(s_.gpu_holder(master, 0).has_value());
+  pass();
+  EXPECT_EQ(state(2), JobState::Starting);
+  EXPECT_EQ(alloc(2).nodes[0].node, master);
+  // A fence reloaded after a restart holds again, and refuses what is taken.
+  ASSERT_TRUE(s_.restore_fence({7, 0, "a", {}, "10.4.0.1", 29999}).has_value());
+  EXPECT_EQ(s_.port_holder("10.4.0.1", 29999), 7);
+  EXPECT_FALSE(s_.restore_fence({8, 0, master, {0}, "", 0}).has_value());
+}
+
 TEST_F(SchedulerTest, UnreachableNodeGetsNoJobAndIsNamedAsNodeDown) {
   add(node("a").gpus(2, kA100));
   add(node("b").gpus(2, kA100));

@@ -573,6 +573,52 @@ TYPED_TEST(StoreContract, RequeueToPendingReleasesGpusAndPorts) {
   this->update(running(2, alloc("gpu-a", {0}, "10.0.0.1", 29500)));
 }
 
+TYPED_TEST(StoreContract, EndingJobKeepsItsHoldsUntilEachNodeIsConfirmedGone) {
+  model::Allocation two{{{"gpu-a", {0}}, {"gpu-b", {0}}}, "10.0.0.1", 29500};
+  JobRecord job = running(1, two);
+  job.ranks = {{0, "gpu-a", 0, {0}, {}, 10, model::RankState::Running, std::nullopt, std::nullopt},
+               {1, "gpu-b", 0, {0}, {}, 11, model::RankState::Running, std::nullopt, std::nullopt}};
+  this->insert(job);
+  job.state = JobState::Ending;
+  job.outcome = JobState::Cancelled;
+  this->update(job);
+  EXPECT_EQ(this->read(1)->outcome, JobState::Cancelled);
+  auto b_taken = this->store_->commit(change(InsertJob{running(2, alloc("gpu-b", {0}, "10.0.0.2", 29500))}));
+  ASSERT_FALSE(b_taken.has_value());
+  EXPECT_THAT(b_taken.error().message(), HasSubstr("held by job 1"));
+  // gpu-b's agent confirms: its GPU is free; the port lives on gpu-a, still held.
+  job.ranks[1].state = model::RankState::Killed;
+  job.ranks[1].gone = true;
+  this->update(job);
+  this->insert(running(2, alloc("gpu-b", {0}, "10.0.0.2", 29500)));
+  auto port_taken = this->store_->commit(change(InsertJob{running(3, alloc("gpu-c", {0}, "10.0.0.1", 29500))}));
+  ASSERT_FALSE(port_taken.has_value());
+  EXPECT_THAT(port_taken.error().message(), HasSubstr("port 29500 on host 10.0.0.1 is held by job 1"));
+  EXPECT_TRUE(this->read(1)->ranks[1].gone);
+}
+
+TYPED_TEST(StoreContract, FencesHoldWhateverTheJobsStateAndLoadWithTheJob) {
+  JobRecord job = running(1, alloc("gpu-a", {0, 1}, "10.0.0.1", 29500));
+  this->insert(job);
+  // Its node was lost before confirming; the job ended NODE_FAIL and its GPUs and port
+  // are fenced.
+  job = ended(job, JobState::NodeFail);
+  job.fences = {{0, "gpu-a", {0, 1}, "10.0.0.1", 29500}};
+  this->update(job);
+  auto taken = this->store_->commit(change(InsertJob{running(2, alloc("gpu-a", {1}, "10.0.0.1", 29501))}));
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_THAT(taken.error().message(), HasSubstr("held by job 1"));
+  auto snap = this->store_->load();
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_EQ(snap->active_jobs.size(), 1u);  // ended, but its fences must come back
+  EXPECT_EQ(snap->active_jobs[0].fences, job.fences);
+  // The agent confirms: the fence goes, and with it the holds.
+  job.fences.clear();
+  this->update(job);
+  this->insert(running(2, alloc("gpu-a", {1}, "10.0.0.1", 29500)));
+  EXPECT_TRUE(this->store_->load()->active_jobs.size() == 1u);  // job 2 only
+}
+
 TYPED_TEST(StoreContract, NewAllocationReplacesTheOldHolds) {
   JobRecord job = running(1, alloc("gpu-a", {0}, "10.0.0.1", 29500));
   job.state = JobState::Starting;
