@@ -16,7 +16,6 @@
 namespace corral::service {
 
 using model::JobState;
-using Respond = std::function<void(net::HttpResponse)>;
 
 namespace {
 
@@ -148,10 +147,10 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     return respond(json_response(400, Json{{"error", "invalid job spec"}, {"problems", problems}}));
   }
   model::JobSpec spec = std::move(*parsed.spec);
-  if (auto ok = scheduler_.admissible(spec); !ok) return respond(error_response(422, ok.error().message()));
+  if (auto ok = ledger_.scheduler().admissible(spec); !ok) return respond(error_response(422, ok.error().message()));
   TimePoint now = clock_.now();
   if (dry_run) {
-    auto d = scheduler_.dry_run(spec, caller.user, now);
+    auto d = ledger_.scheduler().dry_run(spec, caller.user, now);
     Json j{{"dry_run", true}, {"would_start", d.allocation.has_value()}};
     if (d.allocation) {
       j["allocation"] = protocol::to_json(*d.allocation);
@@ -161,29 +160,16 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     }
     return respond(json_response(200, j));
   }
-  model::JobId id = ++max_job_id_;
-  store::JobRecord rec;
-  rec.id = id;
-  rec.user = caller.user;
-  rec.name = spec.name;
-  rec.spec_yaml = spec_text;
-  rec.state = JobState::Pending;
-  rec.submitted_at = now;
-  if (auto added = scheduler_.add_pending(id, caller.user, spec, now); !added) {
-    return respond(error_response(400, added.error().message()));
-  }
-  ++stats_.submitted;
-  store::Change change;
-  change.mutations.emplace_back(store::InsertJob{rec});
-  change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + caller.user}});
-  jobs_.emplace(id, Job{std::move(rec), std::move(spec)});
-  committer_.enqueue(std::move(change), [respond, id](const Result<void>& ok) {
+  auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now);
+  if (!submitted) return respond(error_response(400, submitted.error().message()));
+  model::JobId id = submitted->id;
+  committer_.enqueue(std::move(submitted->change), [respond, id](const Result<void>& ok) {
     if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
     respond(json_response(201, Json{{"id", id}}));
   });
   // Every other change asks for its own pass; a job with no room for it now changes
   // nothing a pass would do, so a long queue is not rescanned for each submission.
-  if (scheduler_.might_start_now(id)) request_pass();
+  if (ledger_.might_start_now(id)) request_pass();
 }
 
 namespace {
@@ -213,11 +199,11 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request) {
   Json out = Json::array();
   auto add = [&](const store::JobRecord& rec, const model::JobSpec* spec) {
     if (user && rec.user != *user) return;
-    out.push_back(job_json(view_of(rec, spec, scheduler_.job(rec.id)), nullptr));
+    out.push_back(job_json(view_of(rec, spec, ledger_.scheduler().job(rec.id)), nullptr));
   };
   if (!all) {
     std::vector<const Job*> live;
-    for (const auto& [id, job] : jobs_) live.push_back(&job);
+    for (const auto& [id, job] : ledger_.live_jobs()) live.push_back(&job);
     std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) { return a->record.id < b->record.id; });
     for (const Job* j : live) add(j->record, &j->spec);
     return json_response(200, out);
@@ -228,7 +214,7 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request) {
   if (!stored) return error_response(503, stored.error().message());
   for (const auto& rec : *stored) {
     // What is in memory may be a turn of the loop ahead of the disk.
-    if (const Job* j = any_job(rec.id)) {
+    if (const Job* j = ledger_.any_job(rec.id)) {
       add(j->record, &j->spec);
     } else {
       auto spec = model::parse_job_spec(rec.spec_yaml, "job");
@@ -250,7 +236,7 @@ void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request,
     return respond(error_response(400, "wait must be a whole number of seconds from 0 to " + std::to_string(kMaxWaitSeconds)));
   }
   // Ended (or unknown) jobs answer at once; so does a live job asked not to wait.
-  if (live_job(id) == nullptr || seconds == 0) return respond(show_job(id));
+  if (ledger_.live_job(id) == nullptr || seconds == 0) return respond(show_job(id));
   job_waits_.emplace(id, JobWait{std::move(respond), clock_.now() + std::chrono::seconds(seconds)});
 }
 
@@ -265,7 +251,7 @@ void Coordinator::answer_job_waits(model::JobId id) {
 net::HttpResponse Coordinator::show_job(model::JobId id) {
   auto events = store_.events(id);
   if (!events) return error_response(503, events.error().message());
-  if (const Job* j = any_job(id)) return json_response(200, job_json(view_of(j->record, &j->spec, scheduler_.job(id)), &*events));
+  if (const Job* j = ledger_.any_job(id)) return json_response(200, job_json(view_of(j->record, &j->spec, ledger_.scheduler().job(id)), &*events));
   auto rec = store_.job(id);
   if (!rec) return error_response(503, rec.error().message());
   if (!*rec) return error_response(404, "no job " + std::to_string(id));
@@ -274,31 +260,20 @@ net::HttpResponse Coordinator::show_job(model::JobId id) {
 }
 
 net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller) {
-  Job* job = live_job(id);
-  if (job == nullptr) {
+  if (ledger_.live_job(id) == nullptr) {
     auto rec = store_.job(id);
     if (rec && *rec) return error_response(409, "job " + std::to_string(id) + " already ended " + std::string(model::to_string((*rec)->state)));
     return error_response(404, "no job " + std::to_string(id));
   }
-  if (job->record.user != caller.user && !caller.admin) {
-    return error_response(403, "job " + std::to_string(id) + " belongs to " + job->record.user);
-  }
-  if (job->record.state == JobState::Ending) {
-    return error_response(409, "job " + std::to_string(id) + " is already ending (" +
-                                   std::string(model::to_string(job->record.outcome.value_or(JobState::Ending))) +
-                                   "); its ranks are being stopped");
-  }
-  sched::EventInfo info;
-  info.message = "cancelled by " + caller.user;
-  auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::Cancel, clock_.now(), info);
-  if (!r) return error_response(409, r.error().message());
-  apply(*r);
-  const Job* ended = any_job(id);
-  return json_response(200, job_json(view_of(ended->record, &ended->spec, nullptr), nullptr));
+  auto ok = ledger_.cancel(id, caller.user, caller.admin, clock_.now());
+  flush_effects();
+  if (!ok) return error_response(ok.error().code() == ErrorCode::PermissionDenied ? 403 : 409, ok.error().message());
+  const Job* job = ledger_.any_job(id);
+  return json_response(200, job_json(view_of(job->record, &job->spec, nullptr), nullptr));
 }
 
 void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond) {
-  const Job* job = any_job(id);
+  const Job* job = ledger_.any_job(id);
   std::optional<store::JobRecord> stored;
   if (job == nullptr) {
     auto rec = store_.job(id);
@@ -327,8 +302,7 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
     return respond(error_response(404, "job " + std::to_string(id) + " has no rank " + std::to_string(*rank) +
                                            (rec.ranks.empty() ? " (it has not started)" : "")));
   }
-  auto link = links_.find(it->node);
-  if (link == links_.end() || !link->second.connected) {
+  if (!ledger_.connected(it->node) || !conns_.contains(it->node)) {
     return respond(error_response(503, "the agent of node " + it->node + " is not connected"));
   }
   std::uint64_t request_id = next_log_request_++;
@@ -338,55 +312,28 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
 
 net::HttpResponse Coordinator::list_nodes() {
   Json out = Json::array();
-  for (const auto* node : scheduler_.nodes()) {
+  for (const auto* node : ledger_.scheduler().nodes()) {
     NodeView v;
     v.node = node;
-    auto link = links_.find(node->name);
-    if (link != links_.end()) {
-      v.connected = link->second.connected;
-      v.last_seen = link->second.last_seen;
-      v.driver = link->second.driver;
-      v.cuda = link->second.cuda.to_string();
+    if (const auto* link = ledger_.link(node->name)) {
+      v.connected = link->connected;
+      v.last_seen = link->last_seen;
+      v.driver = link->driver;
+      v.cuda = link->cuda.to_string();
     }
-    for (const auto& g : node->gpus) v.holders.push_back(scheduler_.gpu_holder(node->name, g.index));
+    for (const auto& g : node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(node->name, g.index));
     out.push_back(node_json(v));
   }
   return json_response(200, out);
 }
 
 net::HttpResponse Coordinator::clear_node(const std::string& name, const Caller& caller) {
-  if (scheduler_.node(name) == nullptr) return error_response(404, "no node " + name);
-  auto link = links_.find(name);
-  if (link != links_.end() && link->second.connected) {
-    return error_response(409, "node " + name + " has its agent connected: it confirms its ranks itself");
-  }
-  std::vector<model::JobId> ids;
-  for (const auto& [id, job] : jobs_) {
-    if (job.record.state != JobState::Ending) continue;
-    bool waiting = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
-                               [&](const auto& r) { return r.node == name && !r.gone; });
-    if (waiting) ids.push_back(id);
-  }
-  std::sort(ids.begin(), ids.end());
-  Json cleared = Json::array();
-  std::string why = "declared dead by admin " + caller.user + " (corral nodes --clear)";
-  for (model::JobId id : ids) {
-    Job* job = live_job(id);
-    if (job == nullptr) continue;
-    cleared.push_back(Json{{"id", id}, {"attempt", job->record.attempt}});
-    spdlog::warn("admin {} declared the ranks of job {} on {} dead", caller.user, id, name);
-    confirm_gone(*job, name, "ranks on " + name + " " + why);
-  }
-  std::vector<sched::Fence> fences;
-  for (const auto& f : scheduler_.fences()) {
-    if (f.node == name) fences.push_back(f);
-  }
-  for (const auto& f : fences) {
-    cleared.push_back(Json{{"id", f.job}, {"attempt", f.attempt}});
-    spdlog::warn("admin {} declared the ranks of job {} attempt {} on {} dead", caller.user, f.job, f.attempt, name);
-    lift_fence(f.job, f.attempt, name, "ranks " + why);
-  }
-  return json_response(200, Json{{"node", name}, {"cleared", cleared}});
+  auto cleared = ledger_.clear_node(name, caller.user, clock_.now());
+  flush_effects();
+  if (!cleared) return error_response(cleared.error().code() == ErrorCode::NotFound ? 404 : 409, cleared.error().message());
+  Json list = Json::array();
+  for (const auto& [id, attempt] : *cleared) list.push_back(Json{{"id", id}, {"attempt", attempt}});
+  return json_response(200, Json{{"node", name}, {"cleared", list}});
 }
 
 net::HttpResponse Coordinator::drain_node(const std::string& name, const net::HttpRequest& request, bool drain) {
@@ -399,18 +346,14 @@ net::HttpResponse Coordinator::drain_node(const std::string& name, const net::Ht
     if (r.ok() && reason.empty()) r.fail("reason", "must not be empty");
     if (!r.ok()) return error_response(400, r.error());
   }
-  const model::Node* node = scheduler_.node(name);
-  if (node == nullptr) return error_response(404, "no node " + name);
-  auto link = links_.find(name);
-  bool connected = link != links_.end() && link->second.connected;
-  model::NodeState target = drain ? model::NodeState::Drained : (connected ? model::NodeState::Up : model::NodeState::Down);
-  auto r = scheduler_.set_node_state(name, target, drain ? reason : (connected ? "" : "agent not connected"), clock_.now());
-  if (!r) return error_response(400, r.error().message());
-  node_changed(*scheduler_.node(name), *r);
+  auto ok = ledger_.set_drained(name, drain, reason, clock_.now());
+  flush_effects();
+  if (!ok) return error_response(ok.error().code() == ErrorCode::NotFound ? 404 : 400, ok.error().message());
+  bool connected = ledger_.connected(name);
   NodeView v;
-  v.node = scheduler_.node(name);
+  v.node = ledger_.scheduler().node(name);
   v.connected = connected;
-  for (const auto& g : v.node->gpus) v.holders.push_back(scheduler_.gpu_holder(name, g.index));
+  for (const auto& g : v.node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(name, g.index));
   return json_response(200, node_json(v));
 }
 
@@ -425,25 +368,25 @@ net::HttpResponse Coordinator::metrics() {
   };
   out += "# HELP corral_jobs Live jobs by state.\n# TYPE corral_jobs gauge\n";
   int by_state[model::kJobStateCount] = {};
-  for (const auto& [id, job] : jobs_) ++by_state[static_cast<int>(job.record.state)];
+  for (const auto& [id, job] : ledger_.live_jobs()) ++by_state[static_cast<int>(job.record.state)];
   for (JobState s : {JobState::Pending, JobState::Starting, JobState::Running, JobState::Ending}) {
     line("corral_jobs", "state=\"" + std::string(model::to_string(s)) + "\"", by_state[static_cast<int>(s)]);
   }
   out += "# HELP corral_jobs_ended_total Jobs ended since the coordinator started, by state.\n# TYPE corral_jobs_ended_total counter\n";
   for (JobState s : model::kAllJobStates) {
     if (model::is_terminal(s)) {
-      line("corral_jobs_ended_total", "state=\"" + std::string(model::to_string(s)) + "\"", static_cast<double>(stats_.ended[static_cast<int>(s)]));
+      line("corral_jobs_ended_total", "state=\"" + std::string(model::to_string(s)) + "\"", static_cast<double>(ledger_.stats().ended[static_cast<int>(s)]));
     }
   }
   out += "# HELP corral_jobs_submitted_total Jobs accepted since the coordinator started.\n# TYPE corral_jobs_submitted_total counter\n";
-  line("corral_jobs_submitted_total", "", static_cast<double>(stats_.submitted));
+  line("corral_jobs_submitted_total", "", static_cast<double>(ledger_.stats().submitted));
   out += "# HELP corral_nodes Nodes by state.\n# TYPE corral_nodes gauge\n";
   int up = 0, down = 0, drained = 0, gpus = 0, held = 0;
-  for (const auto* n : scheduler_.nodes()) {
+  for (const auto* n : ledger_.scheduler().nodes()) {
     (n->state == model::NodeState::Up ? up : n->state == model::NodeState::Down ? down : drained)++;
     for (const auto& g : n->gpus) {
       ++gpus;
-      if (scheduler_.gpu_holder(n->name, g.index)) ++held;
+      if (ledger_.scheduler().gpu_holder(n->name, g.index)) ++held;
     }
   }
   line("corral_nodes", "state=\"up\"", up);
@@ -470,9 +413,9 @@ net::HttpResponse Coordinator::status_page() {
       "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}.down{color:#b00}.drained{color:#a60}"
       "</style></head><body><h1>corral</h1>";
   html += "<h2>Nodes</h2><table><tr><th>node</th><th>state</th><th>reason</th><th>address</th><th>GPUs</th><th>in use</th></tr>";
-  for (const auto* n : scheduler_.nodes()) {
+  for (const auto* n : ledger_.scheduler().nodes()) {
     int held = 0;
-    for (const auto& g : n->gpus) held += scheduler_.gpu_holder(n->name, g.index).has_value();
+    for (const auto& g : n->gpus) held += ledger_.scheduler().gpu_holder(n->name, g.index).has_value();
     std::string product = n->gpus.empty() ? "" : n->gpus.front().cls.product;
     html += "<tr><td>" + html_escape(n->name) + (n->simulated ? " (simulated)" : "") + "</td><td class=\"" +
             std::string(model::to_string(n->state)) + "\">" + std::string(model::to_string(n->state)) + "</td><td>" +
@@ -481,10 +424,10 @@ net::HttpResponse Coordinator::status_page() {
   }
   html += "</table><h2>Queue</h2><table><tr><th>id</th><th>name</th><th>user</th><th>state</th><th>reason</th><th>GPUs</th><th>nodes</th></tr>";
   std::vector<const Job*> live;
-  for (const auto& [id, job] : jobs_) live.push_back(&job);
+  for (const auto& [id, job] : ledger_.live_jobs()) live.push_back(&job);
   std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) { return a->record.id < b->record.id; });
   for (const Job* j : live) {
-    const auto* sj = scheduler_.job(j->record.id);
+    const auto* sj = ledger_.scheduler().job(j->record.id);
     std::string reason = sj && j->record.state == JobState::Pending
                              ? std::string(sched::to_string(sj->reason.code)) + ": " + sj->reason.detail
                              : j->record.reason;

@@ -1,0 +1,874 @@
+#include "coordinator/ledger/ledger.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/core/strings.hpp"
+#include "common/model/job_spec_yaml.hpp"
+#include "coordinator/store/store_rules.hpp"
+
+namespace corral::ledger {
+
+using model::JobState;
+
+namespace {
+
+sched::SchedOptions sched_options(const model::CoordinatorConfig& c) {
+  sched::SchedOptions o;
+  o.fair_share_half_life = c.fair_share_half_life;
+  return o;
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+}  // namespace
+
+Ledger::Ledger(model::CoordinatorConfig config) : config_(std::move(config)), scheduler_(sched_options(config_)) {}
+
+Effects Ledger::take() {
+  Effects out = std::move(out_);
+  out_ = Effects{};
+  return out;
+}
+
+Ledger::Job* Ledger::live(model::JobId id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+Ledger::Job* Ledger::any(model::JobId id) {
+  return const_cast<Job*>(static_cast<const Ledger*>(this)->any_job(id));
+}
+
+const Ledger::Job* Ledger::live_job(model::JobId id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const Ledger::Job* Ledger::any_job(model::JobId id) const {
+  if (const Job* j = live_job(id)) return j;
+  if (auto f = fenced_.find(id); f != fenced_.end()) return &f->second;
+  auto it = ended_.find(id);
+  return it == ended_.end() ? nullptr : &it->second;
+}
+
+const Ledger::Link* Ledger::link(const std::string& node) const {
+  auto it = links_.find(node);
+  return it == links_.end() ? nullptr : &it->second;
+}
+
+bool Ledger::connected(const std::string& node) const {
+  const Link* l = link(node);
+  return l != nullptr && l->connected;
+}
+
+void Ledger::send(const std::string& node, protocol::CoordinatorMessage message) {
+  out_.messages.push_back({node, std::move(message)});
+}
+
+// ---------------------------------------------------------------- requests
+
+Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec spec, std::string spec_text,
+                                         TimePoint now) {
+  now_ = now;
+  model::JobId id = max_job_id_ + 1;
+  store::JobRecord rec;
+  rec.id = id;
+  rec.user = user;
+  rec.name = spec.name;
+  rec.spec_yaml = std::move(spec_text);
+  rec.state = JobState::Pending;
+  rec.submitted_at = now;
+  if (auto added = scheduler_.add_pending(id, user, spec, now); !added) return std::unexpected(added.error());
+  max_job_id_ = id;
+  ++stats_.submitted;
+  Submitted out;
+  out.id = id;
+  out.change.mutations.emplace_back(store::InsertJob{rec});
+  out.change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + user}});
+  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}});
+  return out;
+}
+
+Result<void> Ledger::cancel(model::JobId id, const std::string& user, bool admin, TimePoint now) {
+  now_ = now;
+  Job* job = live(id);
+  if (job == nullptr) return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " is not live");
+  if (job->record.user != user && !admin) {
+    return make_error(ErrorCode::PermissionDenied, "job " + std::to_string(id) + " belongs to " + job->record.user);
+  }
+  if (job->record.state == JobState::Ending) {
+    return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " is already ending (" +
+                                               std::string(model::to_string(job->record.outcome.value_or(JobState::Ending))) +
+                                               "); its ranks are being stopped");
+  }
+  sched::EventInfo info;
+  info.message = "cancelled by " + user;
+  auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::Cancel, now, info);
+  if (!r) return std::unexpected(r.error());
+  apply(*r);
+  return {};
+}
+
+Result<void> Ledger::set_drained(const std::string& name, bool drained, const std::string& reason, TimePoint now) {
+  now_ = now;
+  if (scheduler_.node(name) == nullptr) return make_error(ErrorCode::NotFound, "no node " + name);
+  bool up = connected(name);
+  model::NodeState target = drained ? model::NodeState::Drained : (up ? model::NodeState::Up : model::NodeState::Down);
+  auto r = scheduler_.set_node_state(name, target, drained ? reason : (up ? "" : "agent not connected"), now);
+  if (!r) return make_error(ErrorCode::InvalidArgument, r.error().message());
+  node_changed(*scheduler_.node(name), *r);
+  return {};
+}
+
+Result<std::vector<std::pair<model::JobId, int>>> Ledger::clear_node(const std::string& name, const std::string& by,
+                                                                     TimePoint now) {
+  now_ = now;
+  if (scheduler_.node(name) == nullptr) return make_error(ErrorCode::NotFound, "no node " + name);
+  if (connected(name)) {
+    return make_error(ErrorCode::Conflict, "node " + name + " has its agent connected: it confirms its ranks itself");
+  }
+  std::vector<model::JobId> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state != JobState::Ending) continue;
+    bool waiting = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
+                               [&](const auto& r) { return r.node == name && !r.gone; });
+    if (waiting) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  std::vector<std::pair<model::JobId, int>> cleared;
+  std::string why = "declared dead by admin " + by + " (corral nodes --clear)";
+  for (model::JobId id : ids) {
+    Job* job = live(id);
+    if (job == nullptr) continue;
+    cleared.emplace_back(id, job->record.attempt);
+    spdlog::warn("admin {} declared the ranks of job {} on {} dead", by, id, name);
+    confirm_gone(*job, name, "ranks on " + name + " " + why);
+  }
+  std::vector<sched::Fence> fences;
+  for (const auto& f : scheduler_.fences()) {
+    if (f.node == name) fences.push_back(f);
+  }
+  for (const auto& f : fences) {
+    cleared.emplace_back(f.job, f.attempt);
+    spdlog::warn("admin {} declared the ranks of job {} attempt {} on {} dead", by, f.job, f.attempt, name);
+    lift_fence(f.job, f.attempt, name, "ranks " + why);
+  }
+  return cleared;
+}
+
+void Ledger::schedule(TimePoint now) {
+  now_ = now;
+  if (in_grace_) return;  // placements wait until we know what still runs
+  apply(scheduler_.schedule(now));
+  // Pending reasons live in the scheduler and are shown from there; they are not
+  // persisted, except when a job starts or ends.
+}
+
+// ---------------------------------------------------------------- agents
+
+void Ledger::agent_disconnected(const std::string& node) {
+  auto it = links_.find(node);
+  if (it == links_.end()) return;
+  it->second.connected = false;
+  it->second.synced = false;
+  // The node is not down yet: it has node_timeout from its last heartbeat to come back.
+  // Its jobs stay, but no new job goes there (pending reason NodeDown) until it does.
+  (void)scheduler_.set_reachable(node, false);
+}
+
+void Ledger::agent_message(const std::string& node, const protocol::AgentMessage& message, TimePoint now) {
+  now_ = now;
+  auto it = links_.find(node);
+  if (it == links_.end() || !it->second.connected) return;  // not welcomed
+  it->second.last_seen = now;
+  std::visit(Overloaded{
+                 [&](const protocol::Hello&) {},  // agent_hello
+                 [&](const protocol::Heartbeat&) {},
+                 [&](const protocol::Health& m) { on_health(node, m); },
+                 [&](const protocol::PrepareResult& m) { on_prepare_result(node, m); },
+                 [&](const protocol::RankStarted& m) { on_rank_started(node, m); },
+                 [&](const protocol::RankExited& m) { on_rank_exited(node, m); },
+                 [&](const protocol::LogData&) {},  // answered by the caller
+                 [&](const protocol::Synced&) { on_synced(node); },
+                 [&](const protocol::AttemptGone& m) { on_attempt_gone(node, m); },
+             },
+             message);
+}
+
+// ---------------------------------------------------------------- jobs
+
+void Ledger::apply(const std::vector<sched::Decision>& decisions) {
+  for (const auto& d : decisions) {
+    if (const auto* change = std::get_if<sched::JobChange>(&d)) {
+      apply_change(*change);
+    } else if (const auto* kill = std::get_if<sched::KillRanks>(&d)) {
+      // Sent after the state change that caused it is durable.
+      protocol::Kill msg{kill->job, kill->attempt, config_.kill_grace.count()};
+      for (const auto& n : kill->nodes) send(n, msg);
+    }
+  }
+}
+
+void Ledger::apply_change(const sched::JobChange& change) {
+  Job* job = live(change.job);
+  if (job == nullptr) return;  // cannot happen: the core only changes jobs we gave it
+  TimePoint now = now_;
+  auto& rec = job->record;
+  rec.state = change.to;
+  rec.attempt = change.attempt;
+  rec.outcome = change.outcome;
+  switch (change.to) {
+    case JobState::Starting:
+      rec.allocation = change.allocation;
+      rec.started_at = now;
+      rec.ended_at.reset();
+      rec.reason.clear();
+      rec.nccl_id.clear();
+      rec.ranks = rank_records(job->spec, *change.allocation);
+      job->launched_on.clear();
+      break;
+    case JobState::Pending:
+      // Requeued, or placed again after a busy port: nothing of the old attempt stays.
+      rec.allocation.reset();
+      rec.started_at.reset();
+      rec.nccl_id.clear();
+      rec.ranks.clear();
+      job->launched_on.clear();
+      rec.reason = change.from == JobState::Ending ? "Requeued: " + rec.reason : std::string("PortBusy");
+      break;
+    case JobState::Running:
+      break;
+    case JobState::Ending:
+      // The outcome and its cause are decided now; the end is recorded once every rank is
+      // confirmed gone.
+      rec.reason = std::string(sched::to_string(change.event));
+      if (change.info.rank) rec.failed_rank = change.info.rank;
+      if (!change.info.node.empty() && change.event != sched::JobEvent::Cancel) rec.failed_node = change.info.node;
+      if (change.info.exit_code) rec.exit_code = change.info.exit_code;
+      if (change.outcome == JobState::Completed) rec.exit_code = 0;
+      if (change.event == sched::JobEvent::NodeLost && !change.info.node.empty()) {
+        for (auto& r : rec.ranks) {
+          if (r.node == change.info.node && !model::rank_ended(r.state)) r.state = model::RankState::Lost;
+        }
+      }
+      break;
+    default:  // terminal, from ENDING (every rank gone) or PENDING (cancelled)
+      rec.ended_at = now;
+      if (change.from == JobState::Pending) rec.reason = std::string(sched::to_string(change.event));
+      break;
+  }
+  persist_job(*job, change.text);
+  if (change.to == JobState::Ending) return settle_ending(*job);  // its ranks may all be gone already
+  if (change.to == JobState::Starting) {
+    send_prepare(*job);
+  }
+  if (model::is_terminal(change.to)) {
+    ++stats_.ended[static_cast<int>(change.to)];
+    Job ended = std::move(*job);
+    jobs_.erase(change.job);
+    out_.ended.push_back(change.job);
+    if (ended.record.fenced()) {
+      fenced_.insert_or_assign(change.job, std::move(ended));  // earlier attempts still hold fences
+    } else {
+      remember_ended(std::move(ended));
+    }
+    out_.pass_wanted = true;  // its GPUs are free
+  } else if (change.to == JobState::Pending) {
+    out_.pass_wanted = true;
+  }
+}
+
+void Ledger::send_prepare(const Job& job) {
+  const auto& alloc = *job.record.allocation;
+  protocol::Prepare p{job.record.id, job.record.attempt, alloc.master_addr, alloc.master_port,
+                      job.spec.mode == model::LaunchMode::Nccl};
+  send(alloc.nodes.front().node, p);
+}
+
+void Ledger::send_launch(Job& job) {
+  const auto& rec = job.record;
+  const auto& alloc = *rec.allocation;
+  auto ranks = model::assign_ranks(job.spec, alloc);
+  protocol::Launch base;
+  base.job = rec.id;
+  base.attempt = rec.attempt;
+  base.name = job.spec.name;
+  base.user = rec.user;
+  base.command = job.spec.command;
+  base.workdir = job.spec.workdir;
+  base.env = job.spec.env;
+  for (const auto& na : alloc.nodes) base.nodes.push_back(na.node);
+  base.world_size = static_cast<int>(ranks.size());
+  base.local_world_size = ranks.empty() ? 0 : ranks.front().local_world_size;
+  base.master_addr = alloc.master_addr;
+  base.master_port = alloc.master_port;
+  base.nccl_id = rec.nccl_id;
+  for (std::size_t n = 0; n < alloc.nodes.size(); ++n) {
+    protocol::Launch msg = base;
+    for (const auto& r : ranks) {
+      if (r.node_rank == static_cast<int>(n)) msg.ranks.push_back({r.rank, r.local_rank, r.node_rank, r.gpus});
+    }
+    const std::string& node = alloc.nodes[n].node;
+    auto link = links_.find(node);
+    if (link != links_.end() && link->second.connected) job.launched_on[node] = link->second.generation;
+    send(node, msg);
+  }
+}
+
+void Ledger::job_event(model::JobId id, int attempt, sched::JobEvent event, const sched::EventInfo& info) {
+  auto r = scheduler_.on_event(id, attempt, event, now_, info);
+  if (r) {
+    apply(*r);
+  } else {
+    spdlog::debug("job {} attempt {}: {} ignored: {}", id, attempt, sched::to_string(event), r.error().message());
+  }
+}
+
+bool Ledger::all_running_nodes_synced() const {
+  for (const auto& [id, job] : jobs_) {
+    if (!job.record.allocation || !model::holds_resources(job.record.state)) continue;
+    for (const auto& na : job.record.allocation->nodes) {
+      if (store::node_released(job.record, na.node)) continue;
+      auto it = links_.find(na.node);
+      if (it == links_.end() || !it->second.connected || !it->second.synced) return false;
+    }
+  }
+  return true;
+}
+
+void Ledger::end_grace() {
+  in_grace_ = false;
+  spdlog::info("reconnect grace over");
+  // Agents that did not come back lose their jobs; every other node has judged its own
+  // ranks already, from what its agent said (on_synced). Ranks on a node that stays away
+  // are not confirmed dead: their GPUs and port stay fenced until it returns or an
+  // admin clears it.
+  for (auto& [name, link] : links_) {
+    const auto* node = scheduler_.node(name);
+    if (!link.connected && !link.lost && node != nullptr && node->state != model::NodeState::Down) {
+      node_lost(name, "agent did not reconnect after restart");
+    }
+  }
+  out_.pass_wanted = true;
+}
+
+void Ledger::tick(TimePoint now) {
+  now_ = now;
+  if (in_grace_ && now >= grace_ends_) end_grace();
+  if (in_grace_) return;
+  // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
+  for (auto& [name, link] : links_) {
+    const auto* node = scheduler_.node(name);
+    if (node == nullptr || node->state == model::NodeState::Down || link.lost) continue;
+    if (now - link.last_seen > config_.node_timeout) {
+      std::string reason = link.connected ? "no heartbeat for " + format_duration(now - link.last_seen)
+                                          : "agent disconnected";
+      node_lost(name, reason);
+      if (link.connected) out_.close.emplace_back(name, "node timed out");
+    }
+  }
+}
+
+void Ledger::node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions) {
+  out_.changes.push_back({{store::UpsertNode{node}}});
+  apply(decisions);
+  out_.pass_wanted = true;
+}
+
+// The node's agent is gone: the node is down and its jobs are lost. An admin's drain
+// outlives that (maintenance often means stopping the agent or rebooting the node): the
+// node stays drained with the admin's reason, its agent not connected, until resumed.
+void Ledger::node_lost(const std::string& name, const std::string& reason) {
+  TimePoint now = now_;
+  const model::Node* node = scheduler_.node(name);
+  if (node == nullptr) return;
+  links_[name].lost = true;
+  spdlog::warn("node {} is lost: {}", name, reason);
+  bool admin_drained = node->state == model::NodeState::Drained && node->reason.rfind("preflight: ", 0) != 0;
+  std::string drain_reason = node->reason;
+  auto r = scheduler_.set_node_state(name, model::NodeState::Down, reason, now);
+  if (!r) return;
+  if (admin_drained) {
+    auto kept = scheduler_.set_node_state(name, model::NodeState::Drained, drain_reason, now);
+    if (kept) r->insert(r->end(), kept->begin(), kept->end());
+  }
+  node_changed(*scheduler_.node(name), *r);
+  // Jobs that were ending already: their ranks there will not be confirmed soon.
+  std::vector<model::JobId> ending;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state == JobState::Ending) ending.push_back(id);
+  }
+  for (model::JobId id : ending) {
+    if (Job* job = live(id)) settle_ending(*job);
+  }
+}
+
+Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello, TimePoint now) {
+  now_ = now;
+  Link& link = links_[name];
+  link.connected = true;
+  link.last_seen = now;
+  link.driver = hello.driver;
+  link.cuda = hello.cuda;
+  link.reported = hello.running;
+  link.lost = false;
+  link.synced = false;
+  ++link.generation;
+
+  model::Node node;
+  node.name = name;
+  node.address = hello.address;
+  node.ports = hello.ports;
+  node.simulated = hello.simulated;
+  node.gpus = std::move(hello.gpus);
+  node.state = model::NodeState::Up;
+  const model::Node* known = scheduler_.node(name);
+  bool admin_drained = known && known->state == model::NodeState::Drained && known->reason.rfind("preflight: ", 0) != 0;
+  if (admin_drained) {
+    node.state = model::NodeState::Drained;
+    node.reason = known->reason;
+  } else if (!hello.health_error.empty()) {
+    node.state = model::NodeState::Drained;
+    node.reason = "preflight: " + hello.health_error;
+  }
+  auto decisions = scheduler_.update_node(node, now);
+  if (!decisions) {
+    link.connected = false;
+    return make_error(ErrorCode::InvalidArgument, decisions.error().message());
+  }
+  (void)scheduler_.set_reachable(name, true);
+  spdlog::info("agent {} joined: {} GPU(s), address {}{}", name, node.gpus.size(), node.address,
+               node.simulated ? ", simulated" : "");
+  send(name, protocol::Welcome{protocol::kProtocolVersion, config_.heartbeat_interval.count(),
+                               config_.kill_grace.count()});
+  node_changed(*scheduler_.node(name), *decisions);
+  // Its ranks are judged once it has Synced: the reports it held back come first.
+  return {};
+}
+
+// Every report the agent held back has been applied: what it neither runs (its Hello)
+// nor reported is not running there. Such a rank is lost, and only then; a restart of
+// ours alone never fails or requeues a job.
+void Ledger::on_synced(const std::string& node) {
+  Link& link = links_[node];
+  link.synced = true;
+  std::vector<model::JobId> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (model::JobId id : ids) {
+    Job* job = live(id);
+    if (job == nullptr) continue;
+    auto& rec = job->record;
+    if (rec.state != JobState::Starting && rec.state != JobState::Running) continue;
+    auto sent = job->launched_on.find(node);
+    for (const auto& r : rec.ranks) {
+      if (r.node != node || model::rank_ended(r.state)) continue;
+      // A rank not started yet is only missing if its Launch went out on an earlier
+      // connection (or before our restart); one not sent yet, or sent on this
+      // connection, will be reported.
+      if (r.state == model::RankState::Pending &&
+          (sent == job->launched_on.end() || sent->second >= link.generation)) {
+        continue;
+      }
+      bool runs = std::any_of(link.reported.begin(), link.reported.end(), [&](const auto& rr) {
+        return rr.job == id && rr.attempt == rec.attempt && rr.rank == r.rank;
+      });
+      if (runs) continue;
+      sched::EventInfo info;
+      info.rank = r.rank;
+      info.node = node;
+      info.message = "rank " + std::to_string(r.rank) + " is not running on " + node + ": its agent does not know it";
+      spdlog::warn("job {}: {}", id, info.message);
+      for (auto& rr : rec.ranks) {
+        if (rr.node == node && !model::rank_ended(rr.state)) rr.state = model::RankState::Lost;
+      }
+      persist_job(*job, "");
+      job_event(id, rec.attempt, sched::JobEvent::NodeLost, info);
+      break;
+    }
+  }
+  kill_unconfirmed(node);
+  reconcile(node);
+  if (in_grace_ && all_running_nodes_synced()) end_grace();
+}
+
+void Ledger::kill_unconfirmed(const std::string& node) {
+  for (const auto& f : scheduler_.fences()) {
+    if (f.node != node) continue;
+    protocol::Kill msg{f.job, f.attempt, config_.kill_grace.count()};
+    send(node, msg);
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state != JobState::Ending) continue;
+    bool waiting = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
+                               [&](const auto& r) { return r.node == node && !r.gone; });
+    if (!waiting) continue;
+    protocol::Kill msg{id, job.record.attempt, config_.kill_grace.count()};
+    send(node, msg);
+  }
+}
+
+void Ledger::on_attempt_gone(const std::string& node, const protocol::AttemptGone& m) {
+  if (const store::JobRecord* owner = fence_owner(m.job)) {
+    bool fenced = std::any_of(owner->fences.begin(), owner->fences.end(),
+                              [&](const store::Fence& f) { return f.attempt == m.attempt && f.node == node; });
+    if (fenced) return lift_fence(m.job, m.attempt, node, "its agent confirmed no process is left");
+  }
+  Job* job = live(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt) return;  // stale: already over
+  bool there = std::any_of(job->record.ranks.begin(), job->record.ranks.end(),
+                           [&](const auto& r) { return r.node == node; });
+  if (!there) return;  // a node may only speak for its own ranks
+  confirm_gone(*job, node, "");
+}
+
+void Ledger::confirm_gone(Job& job, const std::string& node, const std::string& why) {
+  auto& rec = job.record;
+  model::JobId id = rec.id;
+  int attempt = rec.attempt;
+  bool changed = false;
+  std::optional<int> not_ended;
+  for (auto& r : rec.ranks) {
+    if (r.node != node || r.gone) continue;
+    if (!model::rank_ended(r.state)) {
+      // The agent has nothing of this rank left: it never ran, or ended unreported.
+      if (!not_ended) not_ended = r.rank;
+      r.state = model::RankState::Lost;
+    }
+    r.gone = true;
+    changed = true;
+  }
+  if (!changed) return;
+  persist_job(job, why);
+  if (rec.state == JobState::Ending) return settle_ending(job);
+  if (not_ended) {
+    sched::EventInfo info;
+    info.rank = *not_ended;
+    info.node = node;
+    info.message = "rank " + std::to_string(*not_ended) + " is not running on " + node;
+    job_event(id, attempt, sched::JobEvent::NodeLost, info);
+  }
+}
+
+bool Ledger::agent_lost(const std::string& node) const {
+  auto it = links_.find(node);
+  return it != links_.end() && it->second.lost;
+}
+
+void Ledger::settle_ending(Job& job) {
+  auto& rec = job.record;
+  if (rec.state != JobState::Ending || !rec.allocation) return;
+  TimePoint now = now_;
+  bool released = false;
+  for (const auto& na : rec.allocation->nodes) {
+    if (store::node_released(rec, na.node)) {
+      released = scheduler_.release_node(rec.id, na.node, now).has_value() || released;
+    } else if (agent_lost(na.node)) {
+      // Nobody can confirm these ranks dead while the node is away: fence what they hold,
+      // so the job can end (or be requeued) without them.
+      auto f = scheduler_.fence_node(rec.id, na.node, now);
+      if (!f) continue;
+      rec.fences.push_back({f->attempt, f->node, f->gpus, f->host, f->port});
+      persist_job(job, "ranks on " + na.node + " not confirmed dead (the node is lost): its GPUs" +
+                           (f->port != 0 ? " and port " + std::to_string(f->port) : std::string()) +
+                           " stay fenced until its agent confirms or an admin clears it");
+    }
+  }
+  if (released) out_.pass_wanted = true;  // those GPUs serve other jobs now
+  bool all = std::all_of(rec.allocation->nodes.begin(), rec.allocation->nodes.end(),
+                         [&](const auto& na) { return store::node_released(rec, na.node); });
+  if (all) job_event(rec.id, rec.attempt, sched::JobEvent::RanksGone);
+}
+
+store::JobRecord* Ledger::fence_owner(model::JobId id) {
+  if (Job* j = live(id)) return &j->record;
+  auto it = fenced_.find(id);
+  return it == fenced_.end() ? nullptr : &it->second.record;
+}
+
+void Ledger::lift_fence(model::JobId id, int attempt, const std::string& node, const std::string& why) {
+  store::JobRecord* rec = fence_owner(id);
+  if (rec == nullptr) return;
+  auto f = std::find_if(rec->fences.begin(), rec->fences.end(),
+                        [&](const store::Fence& x) { return x.attempt == attempt && x.node == node; });
+  if (f == rec->fences.end()) return;
+  rec->fences.erase(f);
+  scheduler_.lift_fence(id, attempt, node);
+  spdlog::info("job {} attempt {}: fence on {} lifted ({})", id, attempt, node, why);
+  store::Change change;
+  change.mutations.emplace_back(store::UpdateJob{*rec});
+  change.mutations.emplace_back(store::AppendEvent{
+      {id, now_, "attempt " + std::to_string(attempt) + " on " + node + ": " + why + "; its fence is lifted"}});
+  out_.changes.push_back(std::move(change));
+  if (auto it = fenced_.find(id); it != fenced_.end() && !rec->fenced()) {
+    remember_ended(std::move(it->second));  // `rec` dangles from here on
+    fenced_.erase(it);
+  }
+  out_.pass_wanted = true;
+}
+
+void Ledger::reconcile(const std::string& node) {
+  protocol::Reconcile r;
+  for (const auto& [id, job] : jobs_) {
+    // ENDING attempts are kept too: they are being stopped by Kill, with its grace.
+    if (!job.record.allocation || !model::holds_resources(job.record.state)) continue;
+    for (const auto& na : job.record.allocation->nodes) {
+      if (na.node == node) r.keep.emplace_back(id, job.record.attempt);
+    }
+  }
+  std::sort(r.keep.begin(), r.keep.end());
+  send(node, r);
+}
+
+void Ledger::on_health(const std::string& name, const protocol::Health& health) {
+  const model::Node* node = scheduler_.node(name);
+  if (node == nullptr) return;
+  TimePoint now = now_;
+  bool health_drained = node->state == model::NodeState::Drained && node->reason.rfind("preflight: ", 0) == 0;
+  Result<std::vector<sched::Decision>> r = std::vector<sched::Decision>{};
+  if (!health.error.empty() && node->state == model::NodeState::Up) {
+    spdlog::warn("node {} failed preflight: {}; draining", name, health.error);
+    r = scheduler_.set_node_state(name, model::NodeState::Drained, "preflight: " + health.error, now);
+  } else if (health.error.empty() && health_drained) {
+    spdlog::info("node {} passed preflight again; resuming", name);
+    r = scheduler_.set_node_state(name, model::NodeState::Up, "", now);
+  } else {
+    return;
+  }
+  if (r) node_changed(*scheduler_.node(name), *r);
+}
+
+void Ledger::on_prepare_result(const std::string& node, const protocol::PrepareResult& m) {
+  Job* job = live(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt || job->record.state != JobState::Starting ||
+      !job->record.allocation || job->record.allocation->nodes.front().node != node) {
+    return;  // stale: the job moved on
+  }
+  TimePoint now = now_;
+  if (m.ok) {
+    if (job->spec.mode == model::LaunchMode::Nccl && m.nccl_id.size() != 256) {
+      sched::EventInfo info{std::nullopt, node, std::nullopt, "the rank-0 agent sent no NCCL unique ID"};
+      auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
+      if (r) apply(*r);
+      return;
+    }
+    job->record.nccl_id = m.nccl_id;
+    persist_job(*job, m.nccl_id.empty() ? "master port " + std::to_string(job->record.allocation->master_port) + " free on " + node
+                                        : "master port free; NCCL unique ID created on " + node);
+    send_launch(*job);
+    return;
+  }
+  sched::EventInfo info;
+  info.node = node;
+  info.message = m.error;
+  auto event = m.port_busy ? sched::JobEvent::PortBusy : sched::JobEvent::LaunchFailed;
+  if (m.port_busy) {
+    info.message = "port " + std::to_string(job->record.allocation->master_port) + " on " +
+                   job->record.allocation->master_addr + " is in use outside corral";
+  }
+  auto r = scheduler_.on_event(m.job, m.attempt, event, now, info);
+  if (r) apply(*r);
+}
+
+// The rank `rank` of `job`'s attempt `attempt`, if `node` runs it: a node may only speak
+// for its own ranks, and reports about another attempt are stale.
+store::RankRecord* Ledger::own_rank(Job* job, const std::string& node, int attempt, int rank) {
+  if (job == nullptr || job->record.attempt != attempt) return nullptr;
+  auto& ranks = job->record.ranks;
+  auto it = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == rank; });
+  return it == ranks.end() || it->node != node ? nullptr : &*it;
+}
+
+void Ledger::on_rank_started(const std::string& node, const protocol::RankStarted& m) {
+  Job* job = any(m.job);
+  store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
+  if (it == nullptr) return;
+  auto& ranks = job->record.ranks;
+  it->pid = m.pid;
+  if (it->state == model::RankState::Pending) it->state = model::RankState::Running;
+  bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.pid != 0; });
+  persist_job(*job, "");
+  if (all && job->record.state == JobState::Starting && live_job(m.job) != nullptr) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksStarted, now_);
+    if (r) apply(*r);
+  }
+}
+
+void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited& m) {
+  Job* job = any(m.job);
+  store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
+  if (it == nullptr) return;
+  if (it->state == model::RankState::Exited || it->state == model::RankState::Killed) return;  // reported twice
+  bool ending = job->record.state == JobState::Ending || live_job(m.job) == nullptr;
+  // A rank that ends after the job's outcome was decided ended because we killed it.
+  it->state = ending ? model::RankState::Killed : model::RankState::Exited;
+  if (m.signal != 0) {
+    it->signal = m.signal;
+  } else {
+    it->exit_code = m.exit_code;
+  }
+  persist_job(*job, "");
+  if (ending) return;
+  TimePoint now = now_;
+  sched::EventInfo info;
+  info.rank = m.rank;
+  info.node = node;
+  if (m.signal == 0) info.exit_code = m.exit_code;
+  info.message = m.reason;
+  if (m.launch_failure) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
+    if (r) apply(*r);
+    return;
+  }
+  if (m.signal != 0 || m.exit_code != 0) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::RankFailed, now, info);
+    if (r) apply(*r);
+    return;
+  }
+  bool all_ok = std::all_of(job->record.ranks.begin(), job->record.ranks.end(), [](const auto& r) {
+    return r.state == model::RankState::Exited && r.exit_code == 0;
+  });
+  if (all_ok) {
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now);
+    if (r) apply(*r);
+  }
+}
+
+void Ledger::remember_ended(Job job) {
+  model::JobId id = job.record.id;
+  ended_.insert_or_assign(id, std::move(job));
+  ended_order_.push_back(id);
+  // Late rank reports come within seconds; keep a bounded window of ended jobs.
+  while (ended_order_.size() > 4096) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+std::vector<store::RankRecord> Ledger::rank_records(const model::JobSpec& spec,
+                                                         const model::Allocation& alloc) const {
+  std::vector<store::RankRecord> out;
+  for (const auto& r : model::assign_ranks(spec, alloc)) {
+    store::RankRecord rec;
+    rec.rank = r.rank;
+    rec.node = r.node;
+    rec.local_rank = r.local_rank;
+    rec.gpus = r.gpus;
+    if (const auto* node = scheduler_.node(r.node)) {
+      for (int g : r.gpus) {
+        for (const auto& gpu : node->gpus) {
+          if (gpu.index == g) rec.gpu_uuids.push_back(gpu.uuid);
+        }
+      }
+    }
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
+void Ledger::persist_job(const Job& job, std::string event_text) {
+  store::Change change;
+  change.mutations.emplace_back(store::UpdateJob{job.record});
+  if (!event_text.empty()) {
+    change.mutations.emplace_back(store::AppendEvent{{job.record.id, now_, std::move(event_text)}});
+  }
+  out_.changes.push_back(std::move(change));
+}
+
+Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
+  now_ = now;
+  max_job_id_ = snapshot.max_job_id;
+  for (auto node : snapshot.nodes) {
+    // Nobody is connected yet: every node waits for its agent, jobs keep their holds.
+    Link& link = links_[node.name];
+    link.last_seen = now;
+    auto r = scheduler_.update_node(node, now);
+    if (!r) {
+      spdlog::warn("stored node {} ignored: {}", node.name, r.error().message());
+      continue;
+    }
+    // No job goes to a node before its agent says hello.
+    (void)scheduler_.set_reachable(node.name, false);
+  }
+  std::size_t running = 0;
+  for (auto& record : snapshot.active_jobs) {
+    if (model::is_terminal(record.state)) continue;  // ended; only its fences live on (below)
+    auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
+    if (!spec) {
+      spdlog::error("job {} has a spec that no longer parses; it is failed: {}", record.id, spec.error().message());
+      record.state = JobState::Failed;
+      record.reason = "spec no longer valid after an upgrade";
+      record.ended_at = now;
+      out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
+      continue;
+    }
+    Job job{record, *spec, {}};
+    Result<void> ok;
+    if (record.state == JobState::Pending) {
+      ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);
+    } else {
+      sched::SchedJob sj;
+      sj.id = record.id;
+      sj.user = record.user;
+      sj.spec = *spec;
+      sj.state = record.state;
+      sj.attempt = record.attempt;
+      sj.submitted_at = record.submitted_at;
+      sj.started_at = record.started_at;
+      sj.allocation = record.allocation;
+      sj.outcome = record.outcome;
+      ok = scheduler_.restore_active(std::move(sj));
+      if (ok && record.state == JobState::Starting) {
+        // Its Launch may have gone out before the restart: a rank its agent does not
+        // report after Synced never started (see on_synced).
+        for (const auto& na : record.allocation->nodes) job.launched_on[na.node] = 0;
+      }
+      if (ok && record.state == JobState::Ending) {
+        // Nodes that confirmed before the restart serve other jobs again.
+        for (const auto& na : record.allocation->nodes) {
+          if (store::node_released(record, na.node)) (void)scheduler_.release_node(record.id, na.node, now);
+        }
+      }
+      ++running;
+    }
+    if (!ok) {
+      spdlog::error("job {} could not be restored: {}", record.id, ok.error().message());
+      continue;
+    }
+    jobs_.emplace(record.id, std::move(job));
+  }
+  // Fences of earlier attempts, for live jobs and ended ones alike.
+  for (const auto& record : snapshot.active_jobs) {
+    for (const auto& f : record.fences) {
+      auto ok = scheduler_.restore_fence({record.id, f.attempt, f.node, f.gpus, f.host, f.port});
+      if (!ok) spdlog::error("job {}: fence on {} could not be restored: {}", record.id, f.node, ok.error().message());
+    }
+    if (model::is_terminal(record.state) && record.fenced()) {
+      auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
+      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}});
+    }
+  }
+  // Every node is down until its agent says hello; the jobs on them stay as they are
+  // through the grace period (set_node_state would lose them now).
+  in_grace_ = running > 0;  // STARTING, RUNNING and ENDING jobs
+  grace_ends_ = now + config_.reconnect_grace;
+  if (in_grace_) {
+    spdlog::info("restarted with {} running job(s); waiting up to {} for their agents", running,
+                 format_duration(config_.reconnect_grace));
+  } else {
+    for (const auto* node : scheduler_.nodes()) {
+      if (node->state == model::NodeState::Up) {
+        (void)scheduler_.set_node_state(node->name, model::NodeState::Down, "waiting for the agent", now);
+      }
+    }
+  }
+  out_.pass_wanted = true;
+  return {};
+}
+
+}  // namespace corral::ledger

@@ -1,0 +1,172 @@
+#pragma once
+// Ledger: the one owner and writer of every job's and rank's state. Requests and agent
+// reports come in as calls, with the time passed in; what must be persisted and what
+// must be sent come out as Effects, which the caller commits (one transaction) and only
+// then sends: persist, send, log. It asks the pure Scheduler for placements and holds
+// GPUs and ports through it; it does no I/O, reads no clock and keeps no socket, so it
+// runs the same under the coordinator's event loop and under the deterministic
+// simulation (tests/unit/ledger). Not thread-safe: one caller at a time.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+#include "common/model/config.hpp"
+#include "common/model/job_spec.hpp"
+#include "common/protocol/messages.hpp"
+#include "coordinator/sched/scheduler.hpp"
+#include "coordinator/store/store.hpp"
+
+namespace corral::ledger {
+
+struct Outgoing {
+  std::string node;
+  protocol::CoordinatorMessage message;
+};
+
+// What one call changed. The caller persists `changes` (in order, together), and once
+// they are durable sends `messages` and answers the waits of `ended`.
+struct Effects {
+  std::vector<store::Change> changes;
+  std::vector<Outgoing> messages;
+  std::vector<model::JobId> ended;                          // their end is in `changes`
+  std::vector<std::pair<std::string, std::string>> close;   // agent links to close, and why
+  bool pass_wanted = false;                                 // a scheduling pass could place something
+};
+
+struct LedgerStats {
+  std::uint64_t submitted = 0;
+  std::uint64_t ended[model::kJobStateCount] = {};  // by JobState
+};
+
+class Ledger {
+ public:
+  // A job that is not over (or only just over), with its spec parsed.
+  struct Job {
+    store::JobRecord record;
+    model::JobSpec spec;
+    // Per node, the link generation on which this attempt's Launch went out: a rank that
+    // its agent has not reported after Synced is only lost if the Launch went out on an
+    // earlier connection (or before a restart).
+    std::map<std::string, std::uint64_t> launched_on;
+  };
+  // What a node's agent last told us.
+  struct Link {
+    bool connected = false;
+    TimePoint last_seen{};
+    std::string driver;
+    model::CudaVersion cuda;
+    std::vector<protocol::RunningRank> reported;  // from its last Hello
+    bool lost = false;                            // declared gone (its jobs lost) since its last Hello
+    std::uint64_t generation = 0;                 // counts Hellos
+    bool synced = false;                          // Synced since its last Hello
+  };
+
+  explicit Ledger(model::CoordinatorConfig config);
+
+  // Rebuilds the state from what the store loaded. Jobs that were running wait
+  // `reconnect_grace` for their agents to report them; no node takes a job before its
+  // agent says hello.
+  Result<void> restore(store::Snapshot snapshot, TimePoint now);
+
+  // ---- requests
+  struct Submitted {
+    model::JobId id = 0;
+    store::Change change;  // the new job: commit it, then acknowledge (not in take())
+  };
+  Result<Submitted> submit(const std::string& user, model::JobSpec spec, std::string spec_text, TimePoint now);
+  // NotFound, PermissionDenied (not the owner nor an admin), Conflict (ended or ending).
+  Result<void> cancel(model::JobId id, const std::string& user, bool admin, TimePoint now);
+  // An admin drains or resumes a node. NotFound, InvalidArgument.
+  Result<void> set_drained(const std::string& node, bool drained, const std::string& reason, TimePoint now);
+  // An admin says the node's unconfirmed ranks are dead: (job, attempt) of each cleared.
+  // NotFound; Conflict while its agent is connected.
+  Result<std::vector<std::pair<model::JobId, int>>> clear_node(const std::string& node, const std::string& by,
+                                                               TimePoint now);
+
+  // ---- time
+  // One scheduling pass (time limits, placements); nothing while in the reconnect grace.
+  void schedule(TimePoint now);
+  // Ends the reconnect grace when due; silent nodes are lost.
+  void tick(TimePoint now);
+
+  // ---- agents (the node name comes from the agent's certificate)
+  // InvalidArgument when the node cannot be taken (close its link with the message).
+  Result<void> agent_hello(const std::string& node, protocol::Hello hello, TimePoint now);
+  void agent_disconnected(const std::string& node);
+  // Any message after Hello but LogData, which the caller answers itself.
+  void agent_message(const std::string& node, const protocol::AgentMessage& message, TimePoint now);
+
+  // ---- reads
+  const Job* live_job(model::JobId id) const;
+  const Job* any_job(model::JobId id) const;  // live, fenced or recently ended
+  const std::unordered_map<model::JobId, Job>& live_jobs() const { return jobs_; }
+  const Link* link(const std::string& node) const;
+  const sched::Scheduler& scheduler() const { return scheduler_; }
+  bool in_grace() const { return in_grace_; }
+  bool connected(const std::string& node) const;
+  const LedgerStats& stats() const { return stats_; }
+  // Whether a pass run now could start job `id` (sets its pending reason if not).
+  bool might_start_now(model::JobId id) { return scheduler_.might_start_now(id); }
+
+  // The effects accumulated since the last take().
+  Effects take();
+
+ private:
+  Job* live(model::JobId id);
+  Job* any(model::JobId id);
+  void remember_ended(Job job);
+  std::vector<store::RankRecord> rank_records(const model::JobSpec& spec, const model::Allocation& alloc) const;
+  void persist_job(const Job& job, std::string event_text);
+  void apply(const std::vector<sched::Decision>& decisions);
+  void apply_change(const sched::JobChange& change);
+  void send(const std::string& node, protocol::CoordinatorMessage message);
+  void send_prepare(const Job& job);
+  void send_launch(Job& job);
+  void job_event(model::JobId id, int attempt, sched::JobEvent event, const sched::EventInfo& info = {});
+  void end_grace();
+  bool all_running_nodes_synced() const;
+  void node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions);
+  void node_lost(const std::string& name, const std::string& reason);
+  void on_health(const std::string& node, const protocol::Health& health);
+  void on_prepare_result(const std::string& node, const protocol::PrepareResult& m);
+  store::RankRecord* own_rank(Job* job, const std::string& node, int attempt, int rank);
+  void on_rank_started(const std::string& node, const protocol::RankStarted& m);
+  void on_rank_exited(const std::string& node, const protocol::RankExited& m);
+  void on_synced(const std::string& node);
+  void on_attempt_gone(const std::string& node, const protocol::AttemptGone& m);
+  // Records that no process of the job's attempt is left on `node`; RanksGone once that
+  // holds on every node. `why` goes to the event log.
+  void confirm_gone(Job& job, const std::string& node, const std::string& why);
+  // Frees the nodes of an ENDING job whose ranks are all confirmed gone, fences those of
+  // lost nodes; RanksGone when every node is one or the other.
+  void settle_ending(Job& job);
+  store::JobRecord* fence_owner(model::JobId id);
+  void lift_fence(model::JobId id, int attempt, const std::string& node, const std::string& why);
+  bool agent_lost(const std::string& node) const;
+  void kill_unconfirmed(const std::string& node);
+  void reconcile(const std::string& node);
+
+  model::CoordinatorConfig config_;
+  sched::Scheduler scheduler_;
+  std::map<std::string, Link> links_;
+  std::unordered_map<model::JobId, Job> jobs_;  // live jobs
+  std::map<model::JobId, Job> fenced_;          // ended, but earlier attempts hold fences
+  std::map<model::JobId, Job> ended_;           // recently ended, for late rank reports
+  std::deque<model::JobId> ended_order_;
+  model::JobId max_job_id_ = 0;
+  bool in_grace_ = false;
+  TimePoint grace_ends_{};
+  TimePoint now_{};  // the time of the call being handled
+  Effects out_;
+  LedgerStats stats_;
+};
+
+}  // namespace corral::ledger
