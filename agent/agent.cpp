@@ -238,6 +238,11 @@ void Agent::on_open() {
 
 void Agent::on_close(const std::string& reason) {
   welcomed_ = false;
+  // What the coordinator did not acknowledge may not have reached it: send it again,
+  // first, on the next connection.
+  outbox_.insert(outbox_.begin(), unacked_.begin(), unacked_.end());
+  unacked_.clear();
+  acked_ = 0;
   heartbeat_timer_->cancel();
   if (stopping_) return;
   // Back off with jitter so a restarted coordinator is not hit by every agent at once.
@@ -251,20 +256,32 @@ void Agent::on_close(const std::string& reason) {
 
 void Agent::send(const protocol::AgentMessage& message) {
   std::string text = protocol::encode(message);
+  // Reports must reach the coordinator across outages and its restarts: kept until it
+  // acknowledges them. Heartbeats, log data and Synced only matter on this connection.
+  bool report = !std::holds_alternative<protocol::Heartbeat>(message) &&
+                !std::holds_alternative<protocol::LogData>(message) && !std::holds_alternative<protocol::Synced>(message);
   if (welcomed_ && ws_->open()) {
+    if (report) unacked_.push_back(text);
     ws_->send(std::move(text));
     return;
   }
-  // Kept for the coordinator: rank starts and exits must reach it even across outages.
-  if (std::holds_alternative<protocol::Heartbeat>(message) || std::holds_alternative<protocol::LogData>(message)) return;
+  if (!report) return;
   if (outbox_.size() >= kMaxOutbox) outbox_.pop_front();
   outbox_.push_back(std::move(text));
 }
 
 void Agent::flush_outbox() {
   while (!outbox_.empty() && ws_->open()) {
+    unacked_.push_back(outbox_.front());
     ws_->send(std::move(outbox_.front()));
     outbox_.pop_front();
+  }
+}
+
+void Agent::on_ack(const protocol::Ack& m) {
+  while (acked_ < m.received && !unacked_.empty()) {
+    unacked_.pop_front();
+    ++acked_;
   }
 }
 
@@ -279,7 +296,8 @@ void Agent::on_message(std::string text) {
                         [this](const protocol::Prepare& m) { on_prepare(m); },
                         [this](const protocol::Launch& m) { on_launch(m); },
                         [this](const protocol::Kill& m) { on_kill(m); },
-                        [this](const protocol::LogRequest& m) { on_log_request(m); }},
+                        [this](const protocol::LogRequest& m) { on_log_request(m); },
+                        [this](const protocol::Ack& m) { on_ack(m); }},
              *decoded);
 }
 

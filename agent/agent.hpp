@@ -75,6 +75,7 @@ class Agent {
   void on_launch(const protocol::Launch& m);
   void on_kill(const protocol::Kill& m);
   void on_log_request(const protocol::LogRequest& m);
+  void on_ack(const protocol::Ack& m);
 
   void launch_failed(const protocol::Launch& m, const std::string& reason);
   void reap();
@@ -104,6 +105,10 @@ class Agent {
   std::unique_ptr<net::Timer> preflight_timer_;
   Duration heartbeat_interval_ = std::chrono::seconds(1);
   std::deque<std::string> outbox_;   // encoded messages waiting for the link
+  // Reports sent on this connection that the coordinator has not acknowledged yet; sent
+  // again on the next connection if this one ends first.
+  std::deque<std::string> unacked_;
+  std::uint64_t acked_ = 0;          // reports of this connection acknowledged so far
   std::map<Key, Job> jobs_;
   std::deque<Key> finished_;         // attempts that ended here, most recent last
   std::string agent_id_;             // CORRAL_AGENT_ID of the ranks started here

@@ -124,6 +124,7 @@ std::string encode(const CoordinatorMessage& message) {
             return Json{{"type", "log_request"}, {"request", m.request}, {"job", m.job},          {"attempt", m.attempt},
                         {"rank", m.rank},          {"offset", m.offset},   {"max_bytes", m.max_bytes}};
           },
+          [](const Ack& m) { return Json{{"type", "ack"}, {"received", m.received}}; },
       },
       message);
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -317,6 +318,8 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     m.offset = r.u64("offset");
     m.max_bytes = r.u64("max_bytes");
     out = m;
+  } else if (type == "ack") {
+    out = Ack{r.u64("received")};
   } else {
     return make_error(ErrorCode::InvalidArgument, "type: unknown message type " + type.substr(0, 32));
   }
@@ -346,7 +349,7 @@ std::string_view type_name(const AgentMessage& message) {
 }
 
 std::string_view type_name(const CoordinatorMessage& message) {
-  static constexpr std::string_view kNames[] = {"welcome", "reconcile", "prepare", "launch", "kill", "log_request"};
+  static constexpr std::string_view kNames[] = {"welcome", "reconcile", "prepare", "launch", "kill", "log_request", "ack"};
   return kNames[message.index()];
 }
 

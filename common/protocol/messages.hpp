@@ -15,7 +15,7 @@
 
 namespace corral::protocol {
 
-// 2: Synced and AttemptGone; Kill is answered by AttemptGone.
+// 2: Synced, AttemptGone and Ack; Kill is answered by AttemptGone.
 inline constexpr int kProtocolVersion = 2;
 
 // A rank process an agent runs.
@@ -186,6 +186,16 @@ struct LogRequest {
   bool operator==(const LogRequest&) const = default;
 };
 
-using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest>;
+// Every report (any message but hello, heartbeat, log_data and synced) the agent sent on
+// this connection, counted from its start, up to `received` is committed: the agent may
+// forget them. Reports not acknowledged when a connection ends are sent again on the
+// next (the coordinator ignores repeats), so none is lost with a coordinator that dies
+// while reading it.
+struct Ack {
+  std::uint64_t received = 0;
+  bool operator==(const Ack&) const = default;
+};
+
+using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest, Ack>;
 
 }  // namespace corral::protocol

@@ -179,6 +179,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
     auto& current = conns_[node];
     if (current && current != conn) current->close("replaced by a new connection");
     current = conn;
+    received_[node] = 0;
     if (auto ok = ledger_.agent_hello(node, std::move(*hello), clock_.now()); !ok) {
       conn->close(ok.error().message());
       conns_.erase(node);
@@ -194,6 +195,22 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
   if (auto* log = std::get_if<protocol::LogData>(&*decoded)) return on_log_data(node, *log);
   ledger_.agent_message(node, *decoded, clock_.now());
   flush_effects();
+  if (!std::holds_alternative<protocol::Heartbeat>(*decoded) && !std::holds_alternative<protocol::Synced>(*decoded)) {
+    ++received_[node];
+    acknowledge(node);
+  }
+}
+
+void Coordinator::acknowledge(const std::string& node) {
+  if (std::find(ack_due_.begin(), ack_due_.end(), node) != ack_due_.end()) return;
+  ack_due_.push_back(node);
+  if (ack_due_.size() > 1) return;  // a callback is queued already
+  // After the commit of everything those reports changed (and of whatever was queued
+  // with them: the count is read then).
+  committer_.then([this] {
+    for (const auto& n : ack_due_) send(n, protocol::Ack{received_[n]});
+    ack_due_.clear();
+  });
 }
 
 void Coordinator::on_log_data(const std::string& node, const protocol::LogData& m) {

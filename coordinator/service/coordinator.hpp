@@ -109,6 +109,11 @@ class Coordinator final : public net::ServerHandler {
   // Each node's current agent link; messages for a node without one are dropped (the
   // ledger judges what was lost once the agent is back and Synced).
   std::map<std::string, std::shared_ptr<net::WsConnection>> conns_;
+  // Reports received on each node's current connection, acknowledged (Ack) once what
+  // they changed is committed; `ack_due_` holds the nodes owed one.
+  std::map<std::string, std::uint64_t> received_;
+  std::vector<std::string> ack_due_;
+  void acknowledge(const std::string& node);
   struct CachedUser {
     store::User user;
     TimePoint checked{};
