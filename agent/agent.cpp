@@ -328,9 +328,14 @@ void Agent::on_reconcile(const protocol::Reconcile& m) {
 
 void Agent::on_prepare(const protocol::Prepare& m) {
   Key key{m.job, m.attempt};
+  if (std::find(finished_.begin(), finished_.end(), key) != finished_.end()) return;  // over here
+  if (auto it = jobs_.find(key); it != jobs_.end() && (!it->second.ranks.empty() || it->second.killing)) {
+    return;  // launched already: a Prepare sent again after a reconnect changes nothing
+  }
   Job& job = jobs_[key];
   protocol::PrepareResult result{m.job, m.attempt, false, false, "", ""};
-  if (job.probe_fd >= 0) ::close(job.probe_fd);
+  // Sent again (the first answer may have been lost): start over.
+  release_job_resources(job);
   std::string error;
   job.probe_fd = probe_port(m.master_addr, m.master_port, error);
   if (job.probe_fd < 0) {

@@ -231,6 +231,8 @@ void Ledger::apply_change(const sched::JobChange& change) {
       rec.nccl_id.clear();
       rec.ranks = rank_records(job->spec, *change.allocation);
       job->launched_on.clear();
+      job->prepare_sent_on.reset();
+      job->prepared = false;
       break;
     case JobState::Pending:
       // Requeued, or placed again after a busy port: nothing of the old attempt stays.
@@ -283,14 +285,39 @@ void Ledger::apply_change(const sched::JobChange& change) {
   }
 }
 
-void Ledger::send_prepare(const Job& job) {
+void Ledger::send_prepare(Job& job) {
   const auto& alloc = *job.record.allocation;
   protocol::Prepare p{job.record.id, job.record.attempt, alloc.master_addr, alloc.master_port,
                       job.spec.mode == model::LaunchMode::Nccl};
-  send(alloc.nodes.front().node, p);
+  const std::string& master = alloc.nodes.front().node;
+  auto link = links_.find(master);
+  if (link != links_.end() && link->second.connected) job.prepare_sent_on = link->second.generation;
+  send(master, p);
 }
 
-void Ledger::send_launch(Job& job) {
+void Ledger::resume_launch(Job& job, const std::string& node) {
+  const auto& rec = job.record;
+  if (rec.state != JobState::Starting || !rec.allocation) return;
+  std::uint64_t generation = links_[node].generation;
+  const std::string& master = rec.allocation->nodes.front().node;
+  auto pending_on = [&](const std::string& n) {
+    return std::all_of(rec.ranks.begin(), rec.ranks.end(),
+                       [&](const auto& r) { return r.node != n || r.state == model::RankState::Pending; });
+  };
+  bool any_started = !std::all_of(rec.ranks.begin(), rec.ranks.end(),
+                                  [](const auto& r) { return r.state == model::RankState::Pending; });
+  if (!job.prepared && !any_started) {
+    // Nothing ran: the launch starts over from Prepare (rank 0's port is not bound).
+    if (node == master && pending_on(master) && (!job.prepare_sent_on || *job.prepare_sent_on < generation)) {
+      send_prepare(job);
+    }
+    return;
+  }
+  auto sent = job.launched_on.find(node);
+  if (pending_on(node) && (sent == job.launched_on.end() || sent->second < generation)) send_launch(job, node);
+}
+
+void Ledger::send_launch(Job& job, const std::string& only) {
   const auto& rec = job.record;
   const auto& alloc = *rec.allocation;
   auto ranks = model::assign_ranks(job.spec, alloc);
@@ -314,6 +341,7 @@ void Ledger::send_launch(Job& job) {
       if (r.node_rank == static_cast<int>(n)) msg.ranks.push_back({r.rank, r.local_rank, r.node_rank, r.gpus});
     }
     const std::string& node = alloc.nodes[n].node;
+    if (!only.empty() && node != only) continue;
     auto link = links_.find(node);
     if (link != links_.end() && link->second.connected) job.launched_on[node] = link->second.generation;
     send(node, msg);
@@ -361,6 +389,17 @@ void Ledger::tick(TimePoint now) {
   now_ = now;
   if (in_grace_ && now >= grace_ends_) end_grace();
   if (in_grace_) return;
+  // A Prepare or Launch that went out on an earlier connection (or found the agent away,
+  // or was decided only after the node synced, e.g. once another node reported a rank
+  // started) goes out again to every synced node; resume_launch sends each at most once
+  // per connection.
+  for (auto& [id, job] : jobs_) {
+    if (job.record.state != JobState::Starting || !job.record.allocation) continue;
+    for (const auto& na : job.record.allocation->nodes) {
+      const Link* l = link(na.node);
+      if (l != nullptr && l->connected && l->synced) resume_launch(job, na.node);
+    }
+  }
   // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
   for (auto& [name, link] : links_) {
     const auto* node = scheduler_.node(name);
@@ -465,16 +504,10 @@ void Ledger::on_synced(const std::string& node) {
     if (job == nullptr) continue;
     auto& rec = job->record;
     if (rec.state != JobState::Starting && rec.state != JobState::Running) continue;
-    auto sent = job->launched_on.find(node);
     for (const auto& r : rec.ranks) {
-      if (r.node != node || model::rank_ended(r.state)) continue;
-      // A rank not started yet is only missing if its Launch went out on an earlier
-      // connection (or before our restart); one not sent yet, or sent on this
-      // connection, will be reported.
-      if (r.state == model::RankState::Pending &&
-          (sent == job->launched_on.end() || sent->second >= link.generation)) {
-        continue;
-      }
+      // A rank not started yet is not lost: its Launch (or the Prepare before it) is
+      // sent again if it went out on an earlier connection (resume_launch, below).
+      if (r.node != node || model::rank_ended(r.state) || r.state == model::RankState::Pending) continue;
       bool runs = std::any_of(link.reported.begin(), link.reported.end(), [&](const auto& rr) {
         return rr.job == id && rr.attempt == rec.attempt && rr.rank == r.rank;
       });
@@ -491,6 +524,9 @@ void Ledger::on_synced(const std::string& node) {
       job_event(id, rec.attempt, sched::JobEvent::NodeLost, info);
       break;
     }
+  }
+  for (model::JobId id : ids) {
+    if (Job* job = live(id)) resume_launch(*job, node);
   }
   kill_unconfirmed(node);
   reconcile(node);
@@ -599,6 +635,14 @@ void Ledger::lift_fence(model::JobId id, int attempt, const std::string& node, c
   if (f == rec->fences.end()) return;
   rec->fences.erase(f);
   scheduler_.lift_fence(id, attempt, node);
+  if (rec->state == JobState::Ending && rec->attempt == attempt) {
+    // Still ending (waiting for other nodes): that node is confirmed now, not fenced.
+    for (auto& r : rec->ranks) {
+      if (r.node != node) continue;
+      if (!model::rank_ended(r.state)) r.state = model::RankState::Lost;
+      r.gone = true;
+    }
+  }
   spdlog::info("job {} attempt {}: fence on {} lifted ({})", id, attempt, node, why);
   store::Change change;
   change.mutations.emplace_back(store::UpdateJob{*rec});
@@ -657,6 +701,8 @@ void Ledger::on_prepare_result(const std::string& node, const protocol::PrepareR
       if (r) apply(*r);
       return;
     }
+    if (job->prepared) return;  // sent again after a reconnect: answered already
+    job->prepared = true;
     job->record.nccl_id = m.nccl_id;
     persist_job(*job, m.nccl_id.empty() ? "master port " + std::to_string(job->record.allocation->master_port) + " free on " + node
                                         : "master port free; NCCL unique ID created on " + node);

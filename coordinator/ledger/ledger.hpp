@@ -56,6 +56,10 @@ class Ledger {
     // its agent has not reported after Synced is only lost if the Launch went out on an
     // earlier connection (or before a restart).
     std::map<std::string, std::uint64_t> launched_on;
+    // The rank-0 node's link generation when Prepare went out; `prepared` once its
+    // answer came (in this process's life).
+    std::optional<std::uint64_t> prepare_sent_on;
+    bool prepared = false;
   };
   // What a node's agent last told us.
   struct Link {
@@ -128,8 +132,12 @@ class Ledger {
   void apply(const std::vector<sched::Decision>& decisions);
   void apply_change(const sched::JobChange& change);
   void send(const std::string& node, protocol::CoordinatorMessage message);
-  void send_prepare(const Job& job);
-  void send_launch(Job& job);
+  void send_prepare(Job& job);
+  // To every node of the job, or to `only` (a Launch its agent never got).
+  void send_launch(Job& job, const std::string& only = {});
+  // After `node` synced: a STARTING job's Prepare or Launch that went out on an earlier
+  // connection (or before a restart) and was never answered goes out again.
+  void resume_launch(Job& job, const std::string& node);
   void job_event(model::JobId id, int attempt, sched::JobEvent event, const sched::EventInfo& info = {});
   void end_grace();
   bool all_running_nodes_synced() const;
