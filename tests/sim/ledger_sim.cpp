@@ -479,6 +479,30 @@ void LedgerSim::step(bool faults) {
   }
 }
 
+std::optional<std::string> LedgerSim::check_holds() {
+  auto all = store_->jobs({});
+  if (!all) return fail("cannot read jobs: " + all.error().message());
+  std::map<std::pair<std::string, int>, model::JobId> held;
+  for (const auto& j : *all) {
+    for (const auto& g : store::gpus_held_by(j)) held[{g.node, g.index}] = j.id;
+  }
+  for (const auto& node : nodes_) {
+    if (ledger_->scheduler().node(node.name) == nullptr) continue;
+    for (const auto& g : node.gpus) {
+      auto in_memory = ledger_->scheduler().gpu_holder(node.name, g.index);
+      auto it = held.find({node.name, g.index});
+      std::optional<model::JobId> on_disk;
+      if (it != held.end()) on_disk = it->second;
+      if (in_memory != on_disk) {
+        return fail("GPU " + std::to_string(g.index) + " of " + node.name + ": held by " +
+                    (in_memory ? "job " + std::to_string(*in_memory) : std::string("nobody")) + " in memory, by " +
+                    (on_disk ? "job " + std::to_string(*on_disk) : std::string("nobody")) + " on disk");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> LedgerSim::check() {
   if (broken_) return broken_;
   for (const auto& [key, n] : starts_) {
@@ -488,25 +512,10 @@ std::optional<std::string> LedgerSim::check() {
     }
   }
   if (!ledger_) return std::nullopt;
-  // Memory and disk agree on who holds every GPU.
-  if (auto all = store_->jobs({})) {
-    std::map<std::pair<std::string, int>, model::JobId> held;
-    for (const auto& j : *all) {
-      for (const auto& g : store::gpus_held_by(j)) held[{g.node, g.index}] = j.id;
-    }
-    for (const auto& node : nodes_) {
-      for (const auto& g : node.gpus) {
-        auto in_memory = ledger_->scheduler().gpu_holder(node.name, g.index);
-        auto it = held.find({node.name, g.index});
-        std::optional<model::JobId> on_disk;
-        if (it != held.end()) on_disk = it->second;
-        if (in_memory != on_disk && ledger_->scheduler().node(node.name) != nullptr) {
-          return fail("GPU " + std::to_string(g.index) + " of " + node.name + ": held by " +
-                      (in_memory ? "job " + std::to_string(*in_memory) : std::string("nobody")) + " in memory, by " +
-                      (on_disk ? "job " + std::to_string(*on_disk) : std::string("nobody")) + " on disk");
-        }
-      }
-    }
+  // Memory and disk agree on who holds every GPU (read back every few steps: decoding
+  // every job is most of a step's cost).
+  if (step_ % 16 == 0) {
+    if (auto bad = check_holds()) return bad;
   }
   // A GPU serves one job until that job's processes on it are dead.
   for (const auto& p : procs_) {

@@ -104,6 +104,7 @@ class LedgerSim {
   Agent& agent(const std::string& name);
 
   std::optional<std::string> check();
+  std::optional<std::string> check_holds();
 
   std::uint64_t seed_;
   std::mt19937_64 rng_;
