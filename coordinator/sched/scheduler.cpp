@@ -300,13 +300,19 @@ Result<void> Scheduler::restore_active(SchedJob job) {
   return {};
 }
 
-Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, TimePoint now) {
+Result<SchedJob*> Scheduler::ending_job(model::JobId id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return make_error(ErrorCode::NotFound, "no live job " + std::to_string(id));
-  SchedJob& job = it->second;
-  if (job.state != JobState::Ending || !job.allocation) {
+  if (it->second.state != JobState::Ending || !it->second.allocation) {
     return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " is not ENDING");
   }
+  return &it->second;
+}
+
+Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, TimePoint now) {
+  auto found = ending_job(id);
+  if (!found) return std::unexpected(found.error());
+  SchedJob& job = **found;
   const auto& alloc = *job.allocation;
   auto na = std::find_if(alloc.nodes.begin(), alloc.nodes.end(), [&](const auto& n) { return n.node == node; });
   if (na == alloc.nodes.end()) {
@@ -452,12 +458,9 @@ void Scheduler::release(SchedJob& job, TimePoint now) {
 }
 
 Result<void> Scheduler::release_node(model::JobId id, std::string_view node, TimePoint now) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return make_error(ErrorCode::NotFound, "no live job " + std::to_string(id));
-  SchedJob& job = it->second;
-  if (job.state != JobState::Ending || !job.allocation) {
-    return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " is not ENDING");
-  }
+  auto found = ending_job(id);
+  if (!found) return std::unexpected(found.error());
+  SchedJob& job = **found;
   bool runs_there = std::any_of(job.allocation->nodes.begin(), job.allocation->nodes.end(),
                                 [&](const auto& na) { return na.node == node; });
   if (!runs_there) return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " has no GPU on " + std::string(node));

@@ -201,6 +201,8 @@ class Scheduler {
   // Frees the GPUs the job holds on one node (and the port if it lives there); returns
   // how many GPUs were freed.
   int release_on(SchedJob& job, const std::string& node);
+  // The live job `id` if it is ENDING; NotFound or Conflict otherwise.
+  Result<SchedJob*> ending_job(model::JobId id);
   std::vector<Decision> apply(SchedJob& job, const Transition& t, JobEvent event, TimePoint now,
                               const EventInfo& info);
   std::string describe(const SchedJob& job, const JobChange& change) const;

@@ -115,6 +115,16 @@ class CoordinatorTest : public ::testing::Test {
     for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
   }
 
+  // A two-node job runs on agents that then lose the coordinator to a SIGKILL; it is
+  // restarted, and the agents (gone with their connections) are not back yet.
+  void run_then_restart(model::JobId& id) {
+    ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+    ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+    ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
+    ASSERT_TRUE(reaches(id, "RUNNING"));
+    ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  }
+
   void restart_after_sigkill() {
     coord_.kill9();
     ASSERT_TRUE(coord_.start());
@@ -282,12 +292,8 @@ TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedS
 }
 
 TEST_F(CoordinatorTest, AJobWhoseRanksAreGoneAfterARestartIsNodeFail) {
-  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
-  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
   model::JobId id = 0;
-  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
-  ASSERT_TRUE(reaches(id, "RUNNING"));
-  ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  ASSERT_NO_FATAL_FAILURE(run_then_restart(id));
   auto ha = hello_for("gpu-a", "10.0.0.1", 2);
   ha.running = {{id, 0, 0, 1000}, {id, 0, 1, 1001}};
   ScriptedAgent a2(coord_.url(), certs_, ha);
@@ -306,12 +312,8 @@ TEST_F(CoordinatorTest, AJobWhoseRanksAreGoneAfterARestartIsNodeFail) {
 // A job that ended while the coordinator was down: its agents hold back the exit reports
 // and send them after the next hello. They are applied before anything is judged lost.
 TEST_F(CoordinatorTest, AJobThatEndedWhileTheCoordinatorWasDownIsCompletedNotLost) {
-  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
-  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
   model::JobId id = 0;
-  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
-  ASSERT_TRUE(reaches(id, "RUNNING"));
-  ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  ASSERT_NO_FATAL_FAILURE(run_then_restart(id));
   // Both agents come back with no rank running: all four exited 0 meanwhile.
   ScriptedAgent a2(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b2(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));

@@ -1,0 +1,195 @@
+// The ledger alone: calls in, effects out, time passed in, a MemoryStore as its disk.
+
+#include "coordinator/ledger/ledger.hpp"
+
+#include <gtest/gtest.h>
+
+#include <spdlog/spdlog.h>
+
+#include "common/model/job_spec_yaml.hpp"
+#include "coordinator/store/memory_store.hpp"
+
+namespace corral::ledger {
+namespace {
+
+using namespace std::chrono_literals;
+using model::JobState;
+
+protocol::Hello hello(const std::string& node, int gpus) {
+  protocol::Hello h;
+  h.node = node;
+  h.address = "10.0.0." + std::string(node == "a" ? "1" : "2");
+  h.ports = {29500, 29509};
+  h.simulated = true;
+  for (int i = 0; i < gpus; ++i) {
+    model::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + node + std::to_string(i);
+    g.cls = {"NVIDIA A100-SXM4-80GB", 81920, "550.54.15"};
+    g.cuda = {12, 4};
+    h.gpus.push_back(g);
+  }
+  return h;
+}
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  LedgerTest() { spdlog::set_level(spdlog::level::off); }
+
+  // Commits what the ledger changed, keeps what it sent.
+  void commit() {
+    Effects e = ledger_->take();
+    for (const auto& r : store_.commit(e.changes)) ASSERT_TRUE(r.has_value()) << r.error().message();
+    for (auto& m : e.messages) sent_.push_back(std::move(m));
+    for (auto id : e.ended) ended_.push_back(id);
+  }
+  template <typename T>
+  std::vector<T> sent_to(const std::string& node) {
+    std::vector<T> out;
+    for (const auto& m : sent_) {
+      if (m.node == node) {
+        if (const auto* t = std::get_if<T>(&m.message)) out.push_back(*t);
+      }
+    }
+    return out;
+  }
+  void join(const std::string& node, protocol::Hello h) {
+    ASSERT_TRUE(ledger_->agent_hello(node, std::move(h), now_).has_value());
+    ledger_->agent_message(node, protocol::Synced{}, now_);
+    commit();
+  }
+  void say(const std::string& node, const protocol::AgentMessage& m) {
+    ledger_->agent_message(node, m, now_);
+    commit();
+  }
+  model::JobId submit(int nodes, int gpus) {
+    std::string text = "name: t\ncommand: \"true\"\nresources: {nodes: " + std::to_string(nodes) +
+                       ", gpus_per_node: " + std::to_string(gpus) + "}\n";
+    auto spec = model::parse_job_spec(text, "t.yaml");
+    EXPECT_TRUE(spec.has_value());
+    auto s = ledger_->submit("alice", *spec, text, now_);
+    EXPECT_TRUE(s.has_value());
+    EXPECT_TRUE(store_.commit(s->change).has_value());
+    ledger_->schedule(now_);
+    commit();
+    return s->id;
+  }
+  // Prepare answered, every rank started: the job RUNNING on a (ranks 0, 1) and b (2, 3).
+  model::JobId running_two_by_two() {
+    model::JobId id = submit(2, 2);
+    EXPECT_EQ(sent_to<protocol::Prepare>("a").size(), 1u);
+    say("a", protocol::PrepareResult{id, 0, true, false, "", ""});
+    EXPECT_EQ(sent_to<protocol::Launch>("b").size(), 1u);
+    for (int r = 0; r < 4; ++r) say(r < 2 ? "a" : "b", protocol::RankStarted{id, 0, r, 100 + r});
+    EXPECT_EQ(state(id), JobState::Running);
+    return id;
+  }
+  JobState state(model::JobId id) {
+    auto rec = store_.job(id);
+    return rec && *rec ? (*rec)->state : JobState::Pending;
+  }
+  void restart() {
+    auto snap = store_.load();
+    ASSERT_TRUE(snap.has_value());
+    ledger_ = std::make_unique<Ledger>(config_);
+    ASSERT_TRUE(ledger_->restore(*snap, now_).has_value());
+    commit();
+    sent_.clear();
+  }
+
+  model::CoordinatorConfig config_;
+  store::MemoryStore store_;
+  std::unique_ptr<Ledger> ledger_ = std::make_unique<Ledger>(config_);
+  TimePoint now_ = TimePoint(std::chrono::hours(1000));
+  std::vector<Outgoing> sent_;
+  std::vector<model::JobId> ended_;
+};
+
+TEST_F(LedgerTest, ACompletedJobHoldsItsGpusUntilEveryNodeConfirmsItsRanksGone) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = running_two_by_two();
+  for (int r = 0; r < 4; ++r) say(r < 2 ? "a" : "b", protocol::RankExited{id, 0, r, 0, 0, "exited with code 0", false});
+  EXPECT_EQ(state(id), JobState::Ending);
+  EXPECT_EQ((*store_.job(id))->outcome, JobState::Completed);
+  EXPECT_TRUE(sent_to<protocol::Kill>("a").empty());  // they ended by themselves
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 1), id);
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 1).has_value());
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("a", 0), id);
+  EXPECT_TRUE(ended_.empty());
+  say("a", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::Completed);
+  EXPECT_EQ(ended_, std::vector<model::JobId>{id});
+  EXPECT_FALSE(ledger_->scheduler().gpu_holder("a", 0).has_value());
+}
+
+TEST_F(LedgerTest, ReportsHeldBackThroughARestartAreAppliedBeforeAnyRankIsJudged) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = running_two_by_two();
+  restart();
+  // Both agents come back running nothing: all four ranks exited 0 meanwhile.
+  ASSERT_TRUE(ledger_->agent_hello("a", hello("a", 2), now_).has_value());
+  ASSERT_TRUE(ledger_->agent_hello("b", hello("b", 2), now_).has_value());
+  commit();
+  EXPECT_EQ(state(id), JobState::Running);  // nothing is judged at hello
+  for (int r = 0; r < 2; ++r) say("a", protocol::RankExited{id, 0, r, 0, 0, "", false});
+  say("a", protocol::AttemptGone{id, 0});
+  say("a", protocol::Synced{});
+  EXPECT_EQ(state(id), JobState::Running);  // gpu-b has not synced
+  for (int r = 2; r < 4; ++r) say("b", protocol::RankExited{id, 0, r, 0, 0, "", false});
+  say("b", protocol::AttemptGone{id, 0});
+  say("b", protocol::Synced{});
+  EXPECT_EQ(state(id), JobState::Completed);
+  EXPECT_EQ((*store_.job(id))->attempt, 0);
+}
+
+TEST_F(LedgerTest, ARankItsAgentDoesNotKnowAfterSyncedIsLost) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = running_two_by_two();
+  restart();
+  auto ha = hello("a", 2);
+  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
+  join("a", ha);
+  join("b", hello("b", 2));  // knows nothing of ranks 2 and 3, reported nothing
+  EXPECT_EQ(state(id), JobState::Ending);
+  EXPECT_EQ((*store_.job(id))->outcome, JobState::NodeFail);
+  EXPECT_EQ((*store_.job(id))->ranks[2].state, model::RankState::Lost);
+  EXPECT_EQ(sent_to<protocol::Kill>("a").size(), 1u);
+}
+
+TEST_F(LedgerTest, ANodeWhoseAgentDisconnectedGetsNoJob) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  ledger_->agent_disconnected("b");
+  commit();
+  model::JobId id = submit(2, 2);
+  EXPECT_EQ(state(id), JobState::Pending);
+  EXPECT_TRUE(sent_to<protocol::Prepare>("a").empty());
+  EXPECT_EQ(ledger_->scheduler().job(id)->reason.code, sched::PendingCode::NodeDown);
+}
+
+TEST_F(LedgerTest, ALostNodesRanksAreFencedAndTheFenceGoesWhenItsAgentConfirms) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = running_two_by_two();
+  now_ += config_.node_timeout + 1s;
+  ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+  ledger_->tick(now_);  // b is silent: lost
+  commit();
+  EXPECT_EQ(state(id), JobState::Ending);
+  say("a", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::NodeFail);
+  ASSERT_EQ((*store_.job(id))->fences.size(), 1u);
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 0), id);
+  join("b", hello("b", 2));
+  ASSERT_FALSE(sent_to<protocol::Kill>("b").empty());  // asked to confirm after Synced
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_TRUE((*store_.job(id))->fences.empty());
+  EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 0).has_value());
+}
+
+}  // namespace
+}  // namespace corral::ledger
