@@ -1,5 +1,7 @@
 #include "common/model/job.hpp"
 
+#include "common/core/enum_names.hpp"
+
 namespace corral::model {
 
 std::string_view to_string(JobState state) {
@@ -17,12 +19,7 @@ std::string_view to_string(JobState state) {
   return "UNKNOWN";
 }
 
-std::optional<JobState> parse_job_state(std::string_view text) {
-  for (JobState s : kAllJobStates) {
-    if (to_string(s) == text) return s;
-  }
-  return std::nullopt;
-}
+std::optional<JobState> parse_job_state(std::string_view text) { return parse_enum_name(kAllJobStates, text); }
 
 bool is_terminal(JobState state) {
   switch (state) {
@@ -52,12 +49,7 @@ std::string_view to_string(RankState state) {
   return "UNKNOWN";
 }
 
-std::optional<RankState> parse_rank_state(std::string_view text) {
-  for (RankState s : kAllRankStates) {
-    if (to_string(s) == text) return s;
-  }
-  return std::nullopt;
-}
+std::optional<RankState> parse_rank_state(std::string_view text) { return parse_enum_name(kAllRankStates, text); }
 
 std::vector<RankAssignment> assign_ranks(const JobSpec& spec, const Allocation& alloc) {
   std::vector<RankAssignment> ranks;

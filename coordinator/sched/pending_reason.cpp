@@ -1,5 +1,7 @@
 #include "coordinator/sched/pending_reason.hpp"
 
+#include "common/core/enum_names.hpp"
+
 namespace corral::sched {
 
 namespace {
@@ -19,11 +21,6 @@ std::string_view to_string(PendingCode code) {
   return "Unknown";
 }
 
-std::optional<PendingCode> parse_pending_code(std::string_view text) {
-  for (PendingCode c : kAll) {
-    if (to_string(c) == text) return c;
-  }
-  return std::nullopt;
-}
+std::optional<PendingCode> parse_pending_code(std::string_view text) { return parse_enum_name(kAll, text); }
 
 }  // namespace corral::sched
