@@ -100,13 +100,20 @@ class LocalCluster:
             f.write(f"listen: {self.host}:0\nstate_dir: {state}\nheartbeat_interval: 1s\nnode_timeout: 5s\n"
                     f"reconnect_grace: 5s\nkill_grace: 2s\n{settings}")
         port_file = os.path.join(self.dir, "port")
-        self._start(self._on(0) + [coord, "--config", cfg, "--port-file", port_file], "coordinator")
+        self.coord_cfg = cfg
+        self.coord_argv = self._on(0) + [coord, "--config", cfg, "--port-file", port_file]
+        self._start(self.coord_argv, "coordinator")
         deadline = time.time() + 20
         while not (os.path.exists(port_file) and os.path.getsize(port_file) > 0):
             if time.time() > deadline:
                 raise RuntimeError("the coordinator did not start; see " + self.dir)
             time.sleep(0.01)
         self.port = int(open(port_file).read())
+        # Restarts listen where the first one did: the agents know that address.
+        with open(cfg) as f:
+            text = f.read()
+        with open(cfg, "w") as f:
+            f.write(text.replace(f"listen: {self.host}:0", f"listen: {self.host}:{self.port}"))
         self.url = f"https://{self.host}:{self.port}"
         self.ssl = ssl.create_default_context(cafile=self.ca)
         certs = os.path.join(self.dir, "certs")
@@ -128,6 +135,27 @@ class LocalCluster:
             if time.time() > deadline:
                 raise RuntimeError("agents did not join; see " + self.dir)
             time.sleep(0.02)
+
+    def kill_coordinator(self):
+        """SIGKILL to the coordinator (the first process started)."""
+        self.procs[0].kill()
+        self.procs[0].wait()
+        self.local.conn = None
+
+    def start_coordinator(self):
+        """Starts the coordinator again, on the same address and port, and waits until it answers."""
+        log = open(os.path.join(self.dir, "coordinator.log"), "a")
+        self.procs[0] = subprocess.Popen(self.coord_argv, stdout=log, stderr=log)
+        deadline = time.time() + 20
+        while True:
+            try:
+                self.local.conn = None
+                self.get("/v1/whoami")
+                return
+            except (OSError, http.client.HTTPException, RuntimeError):
+                if time.time() > deadline:
+                    raise RuntimeError("the coordinator did not come back; see " + self.dir)
+                time.sleep(0.02)
 
     def _on(self, host):
         """The prefix that runs a command on host `host` (0: the coordinator's)."""
