@@ -171,6 +171,24 @@ TEST(FormatJob, ShowsEveryFieldTheRanksAndTheEventLog) {
             "  2026-12-02T10:01:03.000Z  RUNNING -> FAILED: rank 1 on gpu-b exited 3\n");
 }
 
+TEST(FormatJob, AnEndingJobSaysItsOutcomeAndTheRanksItWaitsFor) {
+  std::string text(kJobJson);
+  auto change = [&](const std::string& from, const std::string& to) {
+    auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  change("\"state\": \"FAILED\"", "\"state\": \"ENDING\"");
+  change("\"exit_code\": 3,\n", "\"exit_code\": 3, \"outcome\": \"FAILED\",\n");
+  change("\"signal\": 15}", "\"signal\": 15, \"gone\": true}");
+  change("\"state\": \"EXITED\"", "\"state\": \"RUNNING\"");
+  auto job = parse_job(text);
+  ASSERT_TRUE(job.has_value()) << job.error().message();
+  std::string out = format_job(*job, kNow);
+  EXPECT_NE(out.find("State:        ENDING (FAILED once every rank is gone)\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("Waiting for:  ranks 1 on gpu-b (running) to be confirmed gone\n"), std::string::npos) << out;
+}
+
 TEST(FormatJob, APendingJobSaysWhyAndThatNoRankStarted) {
   auto job =
       parse_job(R"({"id": 7, "name": "big", "user": "bob", "state": "PENDING", "reason": "NoHomogeneousSet",
