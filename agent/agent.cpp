@@ -258,8 +258,7 @@ void Agent::send(const protocol::AgentMessage& message) {
   std::string text = protocol::encode(message);
   // Reports must reach the coordinator across outages and its restarts: kept until it
   // acknowledges them. Heartbeats, log data and Synced only matter on this connection.
-  bool report = !std::holds_alternative<protocol::Heartbeat>(message) &&
-                !std::holds_alternative<protocol::LogData>(message) && !std::holds_alternative<protocol::Synced>(message);
+  bool report = protocol::is_report(message);
   if (welcomed_ && ws_->open()) {
     if (report) unacked_.push_back(text);
     ws_->send(std::move(text));
@@ -453,6 +452,13 @@ void Agent::on_launch(const protocol::Launch& m) {
   auto ranks = m.ranks;
   std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   for (const auto& r : ranks) {
+    if (std::string log = log_path(m.job, m.attempt, r.rank); fs::exists(log)) {
+      // This rank was started here before, by this agent process or an earlier one (a
+      // Launch sent again after the coordinator lost our reports): never twice. Say how
+      // it ended, as far as the spool knows.
+      send(ended_before(m.job, m.attempt, r.rank));
+      continue;
+    }
     ProcessSpec spec;
     spec.argv = m.command.shell ? std::vector<std::string>{"/bin/sh", "-c", m.command.argv.front()} : m.command.argv;
     Env env = build_rank_env(m, r, {interface_}, base);
@@ -478,7 +484,13 @@ void Agent::on_launch(const protocol::Launch& m) {
     std::ofstream(marker_path(m.job, m.attempt, r.rank)) << *pid << " " << process_start_time(*pid) << "\n";
     send(protocol::RankStarted{m.job, m.attempt, r.rank, *pid});
   }
-  if (job.ranks.empty()) maybe_forget(key);
+  if (job.ranks.empty()) {
+    // None started (launch failures, or ranks started here before): confirm that nothing
+    // of the attempt runs here, as for an attempt whose ranks ended.
+    job.killing = true;
+    finish_kill(key);
+    return;
+  }
   // A rank may have exited before we recorded it.
   reap();
 }
@@ -507,6 +519,21 @@ void Agent::reap() {
   }
 }
 
+protocol::RankExited Agent::ended_before(model::JobId job, int attempt, int rank) const {
+  protocol::RankExited m{job, attempt, rank, -1, 0,
+                         "started on this node before and not running now; its end is unknown (the agent restarted)",
+                         false};
+  std::ifstream in(log_path(job, attempt, rank) + ".exit");
+  int code = 0;
+  int signal = 0;
+  if (in >> code >> signal) {
+    m.exit_code = code;
+    m.signal = signal;
+    std::getline(in >> std::ws, m.reason);
+  }
+  return m;
+}
+
 void Agent::rank_done(const Key& key, Rank& rank, int status) {
   rank.exited = true;
   // Whatever the rank left behind in its group (data loader workers, shells) goes too.
@@ -516,6 +543,9 @@ void Agent::rank_done(const Key& key, Rank& rank, int status) {
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
+  // Kept beside the log: an agent restarted before this report was acknowledged can
+  // still say how the rank ended.
+  std::ofstream(rank.log + ".exit") << m.exit_code << " " << m.signal << "\n" << m.reason << "\n";
   spdlog::info("job {} rank {} {}", key.first, rank.rank, m.reason);
   send(m);
   Job& job = jobs_[key];
@@ -550,13 +580,6 @@ void Agent::release_job_resources(Job& job) {
     ::waitpid(job.nccl_root, &status, WNOHANG);
     job.nccl_root = 0;
   }
-}
-
-void Agent::maybe_forget(const Key& key) {
-  auto it = jobs_.find(key);
-  if (it == jobs_.end()) return;
-  bool running = std::any_of(it->second.ranks.begin(), it->second.ranks.end(), [](const auto& r) { return !r.second.exited; });
-  if (!running && it->second.nccl_root == 0 && it->second.probe_fd < 0) jobs_.erase(it);
 }
 
 void Agent::on_kill(const protocol::Kill& m) {

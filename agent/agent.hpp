@@ -83,9 +83,10 @@ class Agent {
   void kill_job(const Key& key, Duration grace);
   void finish_kill(const Key& key);
   void verify_gone(const Key& key, int tries);
-  void maybe_forget(const Key& key);
   void remember_finished(const Key& key);
   void release_job_resources(Job& job);
+  // A rank of an attempt that was launched here before: how it ended, from the spool.
+  protocol::RankExited ended_before(model::JobId job, int attempt, int rank) const;
   std::string log_path(model::JobId job, int attempt, int rank) const;
   std::string marker_path(model::JobId job, int attempt, int rank) const;
   void kill_orphans();

@@ -198,4 +198,11 @@ struct Ack {
 
 using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest, Ack>;
 
+// What Ack counts, on both sides: every agent message but hello, heartbeat, log_data and
+// synced.
+inline bool is_report(const AgentMessage& m) {
+  return !std::holds_alternative<Hello>(m) && !std::holds_alternative<Heartbeat>(m) &&
+         !std::holds_alternative<LogData>(m) && !std::holds_alternative<Synced>(m);
+}
+
 }  // namespace corral::protocol

@@ -121,7 +121,9 @@ Result<void> Ledger::set_drained(const std::string& name, bool drained, const st
   model::NodeState target = drained ? model::NodeState::Drained : (up ? model::NodeState::Up : model::NodeState::Down);
   auto r = scheduler_.set_node_state(name, target, drained ? reason : (up ? "" : "agent not connected"), now);
   if (!r) return make_error(ErrorCode::InvalidArgument, r.error().message());
+  if (target == model::NodeState::Down) links_[name].lost = true;  // its jobs are lost with it
   node_changed(*scheduler_.node(name), *r);
+  if (target == model::NodeState::Down) settle_all_ending();
   return {};
 }
 
@@ -129,7 +131,10 @@ Result<std::vector<std::pair<model::JobId, int>>> Ledger::clear_node(const std::
                                                                      TimePoint now) {
   now_ = now;
   if (scheduler_.node(name) == nullptr) return make_error(ErrorCode::NotFound, "no node " + name);
-  if (connected(name)) {
+  // A connected agent confirms by itself, unless it cannot: processes that survived
+  // SIGKILL drain its node (preflight), and then an admin may decide.
+  const model::Node* node = scheduler_.node(name);
+  if (connected(name) && node->state != model::NodeState::Drained) {
     return make_error(ErrorCode::Conflict, "node " + name + " has its agent connected: it confirms its ranks itself");
   }
   std::vector<model::JobId> ids;
@@ -307,8 +312,14 @@ void Ledger::resume_launch(Job& job, const std::string& node) {
   bool any_started = !std::all_of(rec.ranks.begin(), rec.ranks.end(),
                                   [](const auto& r) { return r.state == model::RankState::Pending; });
   if (!job.prepared && !any_started) {
-    // Nothing ran: the launch starts over from Prepare (rank 0's port is not bound).
-    if (node == master && pending_on(master) && (!job.prepare_sent_on || *job.prepare_sent_on < generation)) {
+    // Nothing ran that we know of: the launch starts over from Prepare (rank 0's port is
+    // not bound). Only once every node of the job has synced: one that has not may yet
+    // report a rank started, and then the Launch went out already.
+    bool all_synced = std::all_of(rec.allocation->nodes.begin(), rec.allocation->nodes.end(), [&](const auto& na) {
+      const Link* l = link(na.node);
+      return l != nullptr && l->connected && l->synced;
+    });
+    if (all_synced && pending_on(master) && (!job.prepare_sent_on || *job.prepare_sent_on < links_[master].generation)) {
       send_prepare(job);
     }
     return;
@@ -438,6 +449,10 @@ void Ledger::node_lost(const std::string& name, const std::string& reason) {
   }
   node_changed(*scheduler_.node(name), *r);
   // Jobs that were ending already: their ranks there will not be confirmed soon.
+  settle_all_ending();
+}
+
+void Ledger::settle_all_ending() {
   std::vector<model::JobId> ending;
   for (const auto& [id, job] : jobs_) {
     if (job.record.state == JobState::Ending) ending.push_back(id);
@@ -478,6 +493,7 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
   auto decisions = scheduler_.update_node(node, now);
   if (!decisions) {
     link.connected = false;
+    (void)scheduler_.set_reachable(name, false);
     return make_error(ErrorCode::InvalidArgument, decisions.error().message());
   }
   (void)scheduler_.set_reachable(name, true);
@@ -868,17 +884,16 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
       sj.started_at = record.started_at;
       sj.allocation = record.allocation;
       sj.outcome = record.outcome;
+      if (record.state == JobState::Ending) {
+        for (const auto& na : record.allocation->nodes) {
+          if (store::node_released(record, na.node)) sj.released_nodes.push_back(na.node);
+        }
+      }
       ok = scheduler_.restore_active(std::move(sj));
       if (ok && record.state == JobState::Starting) {
         // Its Launch may have gone out before the restart: a rank its agent does not
         // report after Synced never started (see on_synced).
         for (const auto& na : record.allocation->nodes) job.launched_on[na.node] = 0;
-      }
-      if (ok && record.state == JobState::Ending) {
-        // Nodes that confirmed before the restart serve other jobs again.
-        for (const auto& na : record.allocation->nodes) {
-          if (store::node_released(record, na.node)) (void)scheduler_.release_node(record.id, na.node, now);
-        }
       }
       ++running;
     }

@@ -160,6 +160,7 @@ class Ledger {
   void lift_fence(model::JobId id, int attempt, const std::string& node, const std::string& why);
   bool agent_lost(const std::string& node) const;
   void kill_unconfirmed(const std::string& node);
+  void settle_all_ending();
   void reconcile(const std::string& node);
 
   model::CoordinatorConfig config_;

@@ -267,11 +267,15 @@ Result<void> Scheduler::restore_active(SchedJob job) {
                                                       std::string(model::to_string(job.state)) +
                                                       (job.outcome ? " with" : " without") + " an outcome");
   }
-  job.released_nodes.clear();
+  if (job.state != JobState::Ending) job.released_nodes.clear();
   if (jobs_.contains(job.id)) return make_error(ErrorCode::Conflict, "job " + std::to_string(job.id) + " exists");
   const auto& alloc = *job.allocation;
   if (alloc.nodes.empty()) return make_error(ErrorCode::InvalidArgument, "job " + std::to_string(job.id) + " has an empty allocation");
+  auto released = [&](const std::string& node) {
+    return std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end();
+  };
   for (const auto& na : alloc.nodes) {
+    if (released(na.node)) continue;  // its GPUs may serve another job by now
     auto it = node_index_.find(na.node);
     if (it == node_index_.end()) {
       return make_error(ErrorCode::NotFound, "job " + std::to_string(job.id) + " runs on unknown node " + na.node);
@@ -289,7 +293,8 @@ Result<void> Scheduler::restore_active(SchedJob job) {
       }
     }
   }
-  if (auto holder = ports_.holder(alloc.master_addr, alloc.master_port)) {
+  auto holder = ports_.holder(alloc.master_addr, alloc.master_port);
+  if (holder && !released(alloc.nodes.front().node)) {
     return make_error(ErrorCode::Conflict, "port " + std::to_string(alloc.master_port) + " on " + alloc.master_addr +
                                                " is already held by job " + std::to_string(*holder));
   }
@@ -405,8 +410,12 @@ Result<std::vector<Decision>> Scheduler::on_event(model::JobId id, int attempt, 
 void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint now) {
   // Account the GPU time used so far before the held count changes.
   fair_share_.advance(now, gpus_by_user_);
+  auto released = [&](const std::string& node) {
+    return std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end();
+  };
   int count = 0;
   for (const auto& na : alloc.nodes) {
+    if (released(na.node)) continue;  // a restored ENDING job: confirmed there already
     NodeSlot& slot = nodes_[static_cast<std::size_t>(node_index_.at(na.node))];
     for (int g : na.gpus) {
       auto& holder = slot.holder[static_cast<std::size_t>(slot.position.at(g))];
@@ -415,7 +424,9 @@ void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint no
       ++count;
     }
   }
-  CORRAL_CHECK(ports_.hold(alloc.master_addr, alloc.master_port, job.id));
+  if (alloc.nodes.empty() || !released(alloc.nodes.front().node)) {
+    CORRAL_CHECK(ports_.hold(alloc.master_addr, alloc.master_port, job.id));
+  }
   gpus_by_user_[job.user] += count;
   job.allocation = alloc;
 }

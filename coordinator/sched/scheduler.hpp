@@ -130,7 +130,8 @@ class Scheduler {
   Result<void> add_pending(model::JobId id, std::string user, model::JobSpec spec, TimePoint submitted_at,
                            int attempt = 0);
   // A job reloaded after a restart in STARTING, RUNNING or ENDING (with its outcome):
-  // holds its GPUs and port again (all of them: the caller releases confirmed nodes).
+  // holds its GPUs and port again, except, for an ENDING job, on its `released_nodes`
+  // (confirmed or fenced before the restart: they may serve another job by now).
   Result<void> restore_active(SchedJob job);
   // Feeds an event about a job's attempt. Conflict for stale attempts and events that do
   // not apply in the job's state; NotFound for unknown jobs.

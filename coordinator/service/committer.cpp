@@ -37,16 +37,23 @@ void Committer::flush() {
     ++batches_;
     committed_ += changes.size();
   }
+  // A refused change leaves memory ahead of the disk: nothing queued with it may be sent
+  // or acknowledged (the owner stops, and its restart reloads the truth). The callers of
+  // the changes that did commit still hear so.
+  const Error* failure = nullptr;
+  for (const auto& r : results) {
+    if (!r && failure == nullptr) failure = &r.error();
+  }
   std::size_t next = 0;
   for (auto& item : items) {
     if (item.then) {
-      item.then();
+      if (failure == nullptr) item.then();
       continue;
     }
     const Result<void>& r = results[next++];
-    if (!r) on_failure_(r.error());
     if (item.done) item.done(r);
   }
+  if (failure != nullptr) on_failure_(*failure);
 }
 
 }  // namespace corral::service

@@ -23,7 +23,8 @@ class Committer {
 
   // Queues a change; `done` runs once it is committed (or failed).
   void enqueue(store::Change change, Done done = {});
-  // Runs `fn` once everything queued before it is durable.
+  // Runs `fn` once everything queued before it is durable; never, if a change of its
+  // batch was refused.
   void then(std::function<void()> fn);
   // Commits what is queued now, on this call's stack (for shutdown and tests).
   void flush();

@@ -164,7 +164,10 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
   if (!decoded) {
     ++stats_.bad_agent_messages;
     spdlog::warn("bad message from agent {}: {}", node, decoded.error().message());
-    return;  // nothing changes; the link stays up
+    // Nothing changes and the link stays up; the agent counted it as a report, so does
+    // the acknowledgement (else every later Ack would fall one short).
+    if (auto it = conns_.find(node); it != conns_.end() && it->second == conn) ++received_[node];
+    return;
   }
   if (auto* hello = std::get_if<protocol::Hello>(&*decoded)) {
     if (hello->node != node) {
@@ -195,7 +198,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
   if (auto* log = std::get_if<protocol::LogData>(&*decoded)) return on_log_data(node, *log);
   ledger_.agent_message(node, *decoded, clock_.now());
   flush_effects();
-  if (!std::holds_alternative<protocol::Heartbeat>(*decoded) && !std::holds_alternative<protocol::Synced>(*decoded)) {
+  if (protocol::is_report(*decoded)) {
     ++received_[node];
     acknowledge(node);
   }

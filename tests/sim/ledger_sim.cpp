@@ -24,11 +24,6 @@ struct Overloaded : Ts... {
   using Ts::operator()...;
 };
 
-bool is_report(const protocol::AgentMessage& m) {
-  return !std::holds_alternative<protocol::Heartbeat>(m) && !std::holds_alternative<protocol::LogData>(m) &&
-         !std::holds_alternative<protocol::Synced>(m) && !std::holds_alternative<protocol::Hello>(m);
-}
-
 }  // namespace
 
 LedgerSim::LedgerSim(std::uint64_t seed, std::string db_path)
@@ -171,7 +166,7 @@ void LedgerSim::deliver_to_coordinator(Agent& a) {
     }
   } else {
     ledger_->agent_message(a.name, m, now_);
-    if (is_report(m)) ++a.received;
+    if (protocol::is_report(m)) ++a.received;
     if (std::holds_alternative<protocol::Synced>(m)) {
       a.synced = true;  // the coordinator knows all it knows: the outage is over
       a.outage = Duration{};
@@ -186,11 +181,11 @@ void LedgerSim::deliver_to_coordinator(Agent& a) {
 
 void LedgerSim::agent_send(Agent& a, protocol::AgentMessage m) {
   if (a.connected && a.welcomed) {
-    if (is_report(m)) a.unacked.push_back(m);
+    if (protocol::is_report(m)) a.unacked.push_back(m);
     a.to_coordinator.push_back(std::move(m));
     return;
   }
-  if (is_report(m)) a.outbox.push_back(std::move(m));
+  if (protocol::is_report(m)) a.outbox.push_back(std::move(m));
 }
 
 void LedgerSim::agent_connect(Agent& a) {
@@ -278,6 +273,7 @@ void LedgerSim::maybe_gone(Agent& a, const Key& key) {
 
 void LedgerSim::rank_ended(Agent& a, std::size_t i) {
   Proc& p = procs_[i];
+  a.spool[{p.job, p.attempt, p.rank}] = std::make_pair(p.exit_code, p.signal);
   protocol::RankExited m{p.job, p.attempt, p.rank, p.exit_code, p.signal, "", false};
   m.reason = p.signal ? "killed by signal " + std::to_string(p.signal) : "exited with code " + std::to_string(p.exit_code);
   agent_send(a, m);
@@ -335,6 +331,15 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                    if (a.finished.contains(key) || a.attempts.contains(key)) return;
                    auto& idx = a.attempts[key];
                    for (const auto& r : l.ranks) {
+                     auto spooled = a.spool.find({l.job, l.attempt, r.rank});
+                     if (spooled != a.spool.end()) {
+                       // Started here before (an earlier agent process): never twice.
+                       protocol::RankExited m{l.job, l.attempt, r.rank, -1, 0, "end unknown", false};
+                       if (spooled->second) std::tie(m.exit_code, m.signal) = *spooled->second;
+                       agent_send(a, m);
+                       continue;
+                     }
+                     a.spool[{l.job, l.attempt, r.rank}] = std::nullopt;
                      ++starts_[{l.job, l.attempt, r.rank}];
                      Proc p;
                      p.node = a.name;
@@ -348,6 +353,7 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                      idx.push_back(procs_.size() - 1);
                      agent_send(a, protocol::RankStarted{l.job, l.attempt, r.rank, static_cast<int>(procs_.size()) + 99});
                    }
+                   maybe_gone(a, key);  // none started: nothing of it runs here
                  },
                  [&](const protocol::Kill& k) { agent_kill(a, {k.job, k.attempt}, k.grace_ms > 0); },
                  [&](const protocol::LogRequest&) {},

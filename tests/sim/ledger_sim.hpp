@@ -75,6 +75,9 @@ class LedgerSim {
     std::uint64_t acked = 0;
     std::map<Key, std::vector<std::size_t>> attempts;   // attempt -> its procs here
     std::set<Key> finished;
+    // The spool, which outlives agent processes: every rank started here, and how it
+    // ended once that is known (rank logs and their .exit files).
+    std::map<std::tuple<model::JobId, int, int>, std::optional<std::pair<int, int>>> spool;
     Duration outage{};                                  // link down while the coordinator is up
     std::uint64_t received = 0;                         // coordinator side: reports on this link
     std::uint64_t ack_sent = 0;

@@ -510,6 +510,36 @@ TEST_F(SchedulerTest, RestoredEndingJobKeepsItsOutcomeAndItsHolds) {
   EXPECT_FALSE(s_.gpu_holder("a", 0).has_value());
 }
 
+TEST_F(SchedulerTest, ARestoredEndingJobDoesNotClaimTheNodesItReleasedBeforeTheRestart) {
+  // Job 7 was ENDING with node b confirmed (its GPU and the port, rank 0's, free); job 5
+  // took them. After a restart job 5 is restored first, by id: job 7 must still restore.
+  add(node("a").gpus(1, kA100).address("10.5.0.1"));
+  add(node("b").gpus(1, kA100).address("10.5.0.2"));
+  SchedJob five;
+  five.id = 5;
+  five.user = "alice";
+  five.spec = job().nodes(1, 1);
+  five.state = JobState::Running;
+  five.allocation = model::Allocation{{{"b", {0}}}, "10.5.0.2", 29500};
+  ASSERT_TRUE(s_.restore_active(five).has_value());
+  SchedJob seven;
+  seven.id = 7;
+  seven.user = "bob";
+  seven.spec = job().nodes(2, 1);
+  seven.state = JobState::Ending;
+  seven.outcome = JobState::Completed;
+  seven.allocation = model::Allocation{{{"b", {0}}, {"a", {0}}}, "10.5.0.2", 29500};
+  seven.released_nodes = {"b"};
+  ASSERT_TRUE(s_.restore_active(seven).has_value());
+  EXPECT_EQ(s_.gpu_holder("b", 0), 5);
+  EXPECT_EQ(s_.gpu_holder("a", 0), 7);
+  EXPECT_EQ(s_.port_holder("10.5.0.2", 29500), 5);
+  ASSERT_TRUE(s_.on_event(7, 0, JobEvent::RanksGone, now_).has_value());
+  EXPECT_FALSE(s_.gpu_holder("a", 0).has_value());
+  EXPECT_EQ(s_.gpu_holder("b", 0), 5);  // not job 7's to free
+  EXPECT_EQ(s_.port_holder("10.5.0.2", 29500), 5);
+}
+
 TEST_F(SchedulerTest, DryRunSaysWhereOrWhy) {
   add(node("a").gpus(4, kA100));
   auto ok = s_.dry_run(job().nodes(1, 4), "alice", now_);
