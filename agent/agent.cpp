@@ -332,7 +332,7 @@ void Agent::on_prepare(const protocol::Prepare& m) {
     return;  // launched already: a Prepare sent again after a reconnect changes nothing
   }
   Job& job = jobs_[key];
-  protocol::PrepareResult result{m.job, m.attempt, false, false, "", ""};
+  protocol::PrepareResult result{m.job, m.attempt, false, false, "", "", m.master_port};
   // Sent again (the first answer may have been lost): start over.
   release_job_resources(job);
   std::string error;

@@ -55,7 +55,7 @@ std::string encode(const AgentMessage& message) {
           [](const PrepareResult& m) {
             return Json{{"type", "prepare_result"}, {"job", m.job},         {"attempt", m.attempt},
                         {"ok", m.ok},               {"port_busy", m.port_busy}, {"nccl_id", m.nccl_id},
-                        {"error", m.error}};
+                        {"error", m.error},         {"master_port", m.master_port}};
           },
           [](const RankStarted& m) {
             return Json{{"type", "rank_started"}, {"job", m.job}, {"attempt", m.attempt}, {"rank", m.rank}, {"pid", m.pid}};
@@ -194,6 +194,7 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.attempt = r.i32("attempt", 0, kMaxAttempt);
     m.ok = r.boolean("ok");
     m.port_busy = r.boolean("port_busy", false);
+    m.master_port = r.i32("master_port", 1, 65535);
     m.nccl_id = r.str("nccl_id", 256, "");
     if (r.ok() && !m.nccl_id.empty() &&
         (m.nccl_id.size() != 256 || m.nccl_id.find_first_not_of("0123456789abcdef") != std::string::npos)) {

@@ -63,6 +63,9 @@ struct PrepareResult {
   bool port_busy = false;       // the master port is held by a process outside corral
   std::string nccl_id;          // 256 hex characters for NCCL jobs
   std::string error;
+  // The port the Prepare asked about: an answer sent again after a reconnect may be about
+  // a port the attempt has since moved off (PortBusy), and is then stale.
+  int master_port = 0;
   bool operator==(const PrepareResult&) const = default;
 };
 

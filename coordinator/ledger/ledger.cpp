@@ -706,8 +706,9 @@ void Ledger::on_health(const std::string& name, const protocol::Health& health) 
 void Ledger::on_prepare_result(const std::string& node, const protocol::PrepareResult& m) {
   Job* job = live(m.job);
   if (job == nullptr || job->record.attempt != m.attempt || job->record.state != JobState::Starting ||
-      !job->record.allocation || job->record.allocation->nodes.front().node != node) {
-    return;  // stale: the job moved on
+      !job->record.allocation || job->record.allocation->nodes.front().node != node ||
+      job->record.allocation->master_port != m.master_port) {
+    return;  // stale: the job moved on (to another port, too: PortBusy keeps the attempt)
   }
   TimePoint now = now_;
   if (m.ok) {

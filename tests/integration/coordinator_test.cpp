@@ -100,7 +100,7 @@ class CoordinatorTest : public ::testing::Test {
     ScriptedAgent& master = a;
     auto prepare = master.expect<protocol::Prepare>();
     if (!prepare) return std::nullopt;
-    master.send(protocol::PrepareResult{prepare->job, prepare->attempt, true, false, "", ""});
+    master.send(protocol::PrepareResult{prepare->job, prepare->attempt, true, false, "", "", prepare->master_port});
     auto la = a.expect<protocol::Launch>();
     auto lb = b.expect<protocol::Launch>();
     if (!la || !lb) return std::nullopt;
@@ -359,7 +359,9 @@ TEST_F(CoordinatorTest, ABusyPortIsSkippedWithoutTheUserNoticing) {
   model::JobId id = submit(kTwoNodeJob);
   auto p1 = a.expect<protocol::Prepare>();
   ASSERT_TRUE(p1.has_value());
-  a.send(protocol::PrepareResult{id, 0, false, true, "", "bind: Address already in use"});
+  a.send(protocol::PrepareResult{id, 0, false, true, "", "bind: Address already in use", p1->master_port});
+  // The same answer again (sent again after a reconnect) is about a port the job left.
+  a.send(protocol::PrepareResult{id, 0, false, true, "", "bind: Address already in use", p1->master_port});
   auto p2 = a.expect<protocol::Prepare>();
   ASSERT_TRUE(p2.has_value());
   EXPECT_EQ(p2->master_port, 29501);

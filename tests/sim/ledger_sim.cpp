@@ -323,8 +323,8 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                    for (const auto& key : orphaned) agent_kill(a, key, false);
                  },
                  [&](const protocol::Prepare& p) {
-                   bool busy = chance(0.05);
-                   agent_send(a, protocol::PrepareResult{p.job, p.attempt, !busy, busy, "", busy ? "in use" : ""});
+                   bool busy = faults_ && chance(0.05);  // a foreign process holds the port
+                   agent_send(a, protocol::PrepareResult{p.job, p.attempt, !busy, busy, "", busy ? "in use" : "", p.master_port});
                  },
                  [&](const protocol::Launch& l) {
                    Key key{l.job, l.attempt};
@@ -547,6 +547,7 @@ std::optional<std::string> LedgerSim::run(int fault_steps) {
     if (auto bad = check()) return bad;
   }
   // Faults stop: every job must reach a terminal state, every fence go.
+  faults_ = false;
   for (int i = 0; i < 12000; ++i) {
     step(false);
     if (auto bad = check()) return bad;
@@ -572,7 +573,14 @@ std::optional<std::string> LedgerSim::run(int fault_steps) {
                  std::to_string(a.to_agent.size());
       }
       if (const auto* sj = ledger_->scheduler().job(rec.id); sj && rec.state == JobState::Pending) {
-        links += "; pending: " + sj->reason.detail;
+        links += "; pending: " + sj->reason.detail + "; ports held:";
+        for (const auto& n : nodes_) {
+          for (int port = n.ports.first; port <= n.ports.last; ++port) {
+            if (auto h = ledger_->scheduler().port_holder(n.address, port)) {
+              links += " " + n.address + ":" + std::to_string(port) + "=job " + std::to_string(*h);
+            }
+          }
+        }
       }
       return fail("job " + std::to_string(rec.id) + " is still " + std::string(model::to_string(rec.state)) +
                   " after the faults stopped; attempt " + std::to_string(rec.attempt) + " ranks" + ranks + "; agents" + links);

@@ -125,6 +125,7 @@ class LedgerSim {
   std::optional<std::string> broken_;
   int step_ = 0;
   bool trace_ = false;
+  bool faults_ = true;
   SimStats stats_;
 };
 

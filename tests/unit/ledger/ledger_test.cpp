@@ -78,7 +78,7 @@ class LedgerTest : public ::testing::Test {
   model::JobId running_two_by_two() {
     model::JobId id = submit(2, 2);
     EXPECT_EQ(sent_to<protocol::Prepare>("a").size(), 1u);
-    say("a", protocol::PrepareResult{id, 0, true, false, "", ""});
+    say("a", protocol::PrepareResult{id, 0, true, false, "", "", 29500});
     EXPECT_EQ(sent_to<protocol::Launch>("b").size(), 1u);
     for (int r = 0; r < 4; ++r) say(r < 2 ? "a" : "b", protocol::RankStarted{id, 0, r, 100 + r});
     EXPECT_EQ(state(id), JobState::Running);

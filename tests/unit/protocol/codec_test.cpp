@@ -44,7 +44,7 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   round_trip_agent(Synced{});
   round_trip_agent(AttemptGone{42, 3});
   round_trip_agent(Health{"nvidia-smi failed"});
-  round_trip_agent(PrepareResult{7, 1, true, false, std::string(256, 'a'), ""});
+  round_trip_agent(PrepareResult{7, 1, true, false, std::string(256, 'a'), "", 29500});
   round_trip_agent(RankStarted{7, 1, 3, 999});
   round_trip_agent(RankExited{7, 1, 3, 0, 9, "killed by signal 9", false});
   round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
@@ -87,7 +87,7 @@ TEST(Codec, RejectionsNameTheField) {
       {R"({"type":"rank_started","job":1,"attempt":0,"rank":-1,"pid":5})", "rank_started: rank: must be between 0 and 1048576"},
       {R"({"type":"rank_started","job":"1","attempt":0,"rank":0,"pid":5})", "rank_started: job: must be an integer"},
       {R"({"type":"rank_exited","job":1,"attempt":0,"rank":0,"exit_code":0})", "rank_exited: signal: required field is missing"},
-      {R"({"type":"prepare_result","job":1,"attempt":0,"ok":true,"nccl_id":"xyz"})",
+      {R"({"type":"prepare_result","job":1,"attempt":0,"ok":true,"master_port":29500,"nccl_id":"xyz"})",
        "prepare_result: nccl_id: must be 256 lowercase hex characters"},
       {R"({"type":"hello","version":1,"node":"a","address":"x","ports":[2,1],"simulated":false,"cuda":"12.4","gpus":[],"running":[]})",
        "hello: ports: must be [first, last] with first <= last"},
