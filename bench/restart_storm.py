@@ -9,7 +9,7 @@ acknowledged job must end, and the table says what the scheduler promised and wh
 happened: acknowledged jobs lost, attempts that ran twice, jobs whose ranks all finished
 (exited 0) but that did not end COMPLETED, requeues, and the load average.
 
-    bench/restart_storm.py [--build build] [--clients 8] [--seconds 60]
+    bench/restart_storm.py [--build build] [--clients 8] [--seconds 60] [--interval 0.5]
 """
 
 import argparse
@@ -32,6 +32,7 @@ def main():
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--interval", type=float, default=0.5, help="each client's pause between submissions (s)")
     a = p.parse_args()
     rng = random.Random(a.seed)
     out = tempfile.mkdtemp(prefix="corral-storm-")
@@ -53,7 +54,7 @@ def main():
                     continue
                 with lock:
                     acked.append(job)
-                time.sleep(0.05)
+                time.sleep(a.interval)
 
         def killer():
             while not stop.wait(rng.uniform(2, 4)):
