@@ -212,6 +212,8 @@ std::string format_job(const JobInfo& job, TimePoint now) {
     }
     if (!waiting.empty()) fields.emplace_back("Waiting for", "ranks " + join(waiting, ", ") + " to be confirmed gone");
   }
+  // Held until the lost node's agent confirms, or an admin clears it (corral nodes --clear).
+  for (const auto& f : job.fences) fields.emplace_back("Fenced", clean(f) + ": not confirmed dead");
 
   std::size_t key_width = 0;
   for (const auto& [key, value] : fields) key_width = std::max(key_width, key.size() + 1);

@@ -99,6 +99,18 @@ JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
   job.failed_node = text(r, "failed_node");
   job.exit_code = opt_int(r, "exit_code");
   if (r.raw("outcome", false) != nullptr) job.outcome = text(r, "outcome");
+  if (const Json* fences = r.array("fences", kMaxItems, false)) {
+    for (std::size_t i = 0; i < fences->size(); ++i) {
+      JsonReader f((*fences)[i], r.item_path("fences", i));
+      std::vector<int> gpus = f.int_list("gpus", kMaxItems, 0, static_cast<int>(kMaxInt), false);
+      std::string gpu_text;
+      for (int g : gpus) gpu_text += (gpu_text.empty() ? "" : ",") + std::to_string(g);
+      auto port = opt_int(f, "port");
+      job.fences.push_back(text(f, "node") + ": GPUs " + gpu_text + (port ? " and port " + std::to_string(*port) : "") +
+                           " (attempt " + std::to_string(f.i32("attempt", 0, static_cast<int>(kMaxInt), 0)) + ")");
+      r.absorb(f);
+    }
+  }
   if (const Json* ranks = r.array("ranks", kMaxItems, false)) {
     for (std::size_t i = 0; i < ranks->size(); ++i)
       job.ranks.push_back(read_rank((*ranks)[i], r.item_path("ranks", i), r));

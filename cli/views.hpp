@@ -56,6 +56,9 @@ struct JobInfo {
   std::string failed_node;
   std::optional<int> exit_code;
   std::string outcome;  // ENDING: the state it takes once every rank is gone
+  // What earlier attempts still hold on nodes lost before confirming, as text per fence
+  // ("gpu-b: GPUs 0,1 and port 29500 (attempt 0)").
+  std::vector<std::string> fences;
   std::vector<RankInfo> ranks;
   std::vector<EventInfo> events;
 
