@@ -106,7 +106,9 @@ JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
       std::string gpu_text;
       for (int g : gpus) gpu_text += (gpu_text.empty() ? "" : ",") + std::to_string(g);
       auto port = opt_int(f, "port");
-      job.fences.push_back(text(f, "node") + ": GPUs " + gpu_text + (port ? " and port " + std::to_string(*port) : "") +
+      std::string host = text(f, "host");
+      job.fences.push_back(text(f, "node") + ": GPUs " + gpu_text +
+                           (port ? " and port " + (host.empty() ? "" : host + ":") + std::to_string(*port) : "") +
                            " (attempt " + std::to_string(f.i32("attempt", 0, static_cast<int>(kMaxInt), 0)) + ")");
       r.absorb(f);
     }

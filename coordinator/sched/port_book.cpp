@@ -20,15 +20,18 @@ std::optional<int> PortBook::lowest_free(std::string_view host, const model::Por
 }
 
 bool PortBook::hold(std::string_view host, int port, model::JobId job) {
-  auto [it, inserted] = hosts_[std::string(host)].held.emplace(port, job);
-  return inserted || it->second == job;
+  auto it = hosts_[std::string(host)].held.try_emplace(port, Host::Holder{job, 0}).first;
+  if (it->second.job != job) return false;
+  ++it->second.holds;
+  return true;
 }
 
 void PortBook::release(std::string_view host, int port, model::JobId job) {
   auto it = hosts_.find(std::string(host));
   if (it == hosts_.end()) return;
   auto held = it->second.held.find(port);
-  if (held != it->second.held.end() && held->second == job) it->second.held.erase(held);
+  if (held == it->second.held.end() || held->second.job != job) return;
+  if (--held->second.holds <= 0) it->second.held.erase(held);
 }
 
 void PortBook::mark_busy(std::string_view host, int port, TimePoint until) {
@@ -40,7 +43,7 @@ std::optional<model::JobId> PortBook::holder(std::string_view host, int port) co
   if (it == hosts_.end()) return std::nullopt;
   auto held = it->second.held.find(port);
   if (held == it->second.held.end()) return std::nullopt;
-  return held->second;
+  return held->second.job;
 }
 
 std::size_t PortBook::held_count() const {

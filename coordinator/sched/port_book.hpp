@@ -20,7 +20,8 @@ class PortBook {
   // The lowest port of `range` on `host` that no live job holds and no agent reported
   // busy in the last `busy_hold`.
   std::optional<int> lowest_free(std::string_view host, const model::PortRange& range, TimePoint now) const;
-  // False when another job already holds it.
+  // False when another job already holds it. A job may hold a port more than once (its
+  // allocation and the fences of its lost nodes); it is free after as many releases.
   bool hold(std::string_view host, int port, model::JobId job);
   void release(std::string_view host, int port, model::JobId job);
   void mark_busy(std::string_view host, int port, TimePoint until);
@@ -29,7 +30,11 @@ class PortBook {
 
  private:
   struct Host {
-    std::map<int, model::JobId> held;
+    struct Holder {
+      model::JobId job = 0;
+      int holds = 0;
+    };
+    std::map<int, Holder> held;
     std::map<int, TimePoint> busy_until;
   };
   std::unordered_map<std::string, Host> hosts_;

@@ -294,7 +294,7 @@ Result<void> Scheduler::restore_active(SchedJob job) {
     }
   }
   auto holder = ports_.holder(alloc.master_addr, alloc.master_port);
-  if (holder && !released(alloc.nodes.front().node)) {
+  if (holder && *holder != job.id) {  // the job's own fences may hold it already
     return make_error(ErrorCode::Conflict, "port " + std::to_string(alloc.master_port) + " on " + alloc.master_addr +
                                                " is already held by job " + std::to_string(*holder));
   }
@@ -326,12 +326,10 @@ Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, Time
   if (std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end()) {
     return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " no longer holds " + std::string(node));
   }
-  Fence fence{id, job.attempt, na->node, na->gpus, "", 0};
-  if (na == alloc.nodes.begin()) {
-    fence.host = alloc.master_addr;
-    fence.port = alloc.master_port;
-  }
-  // The holders stay as they are: the GPUs and the port pass from the job to its fence.
+  // The GPUs' holders stay as they are: they pass from the job to its fence. The fence
+  // holds the master port too, wherever the node is: its ranks may still connect to it.
+  Fence fence{id, job.attempt, na->node, na->gpus, alloc.master_addr, alloc.master_port};
+  CORRAL_CHECK(ports_.hold(fence.host, fence.port, id));
   fair_share_.advance(now, gpus_by_user_);
   job.released_nodes.push_back(na->node);
   auto user = gpus_by_user_.find(job.user);
@@ -424,9 +422,7 @@ void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint no
       ++count;
     }
   }
-  if (alloc.nodes.empty() || !released(alloc.nodes.front().node)) {
-    CORRAL_CHECK(ports_.hold(alloc.master_addr, alloc.master_port, job.id));
-  }
+  CORRAL_CHECK(ports_.hold(alloc.master_addr, alloc.master_port, job.id));
   gpus_by_user_[job.user] += count;
   job.allocation = alloc;
 }
@@ -449,9 +445,6 @@ int Scheduler::release_on(SchedJob& job, const std::string& node) {
       ++count;
     }
   }
-  if (!job.allocation->nodes.empty() && job.allocation->nodes.front().node == node) {
-    ports_.release(job.allocation->master_addr, job.allocation->master_port, job.id);
-  }
   auto user = gpus_by_user_.find(job.user);
   if (user != gpus_by_user_.end()) {
     user->second -= count;
@@ -464,6 +457,8 @@ void Scheduler::release(SchedJob& job, TimePoint now) {
   if (!job.allocation) return;
   fair_share_.advance(now, gpus_by_user_);
   for (const auto& na : job.allocation->nodes) release_on(job, na.node);
+  // The port last: ranks on any node may connect to it until all are gone.
+  ports_.release(job.allocation->master_addr, job.allocation->master_port, job.id);
   job.allocation.reset();
   job.released_nodes.clear();
 }

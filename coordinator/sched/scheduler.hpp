@@ -51,15 +51,16 @@ struct EventInfo {
 };
 
 // What an ENDING attempt still holds on a node that went down before its agent could
-// confirm the attempt's ranks dead. The job moves on without it; the GPUs (and the master
-// port, when rank 0 ran there) stay held until the agent confirms or an admin clears.
+// confirm the attempt's ranks dead. The job moves on without it; the GPUs and the
+// attempt's master port (those ranks may still connect to it) stay held until the agent
+// confirms or an admin clears.
 struct Fence {
   model::JobId job = 0;
   int attempt = 0;
   std::string node;
   std::vector<int> gpus;
-  std::string host;  // the master port's host, or empty
-  int port = 0;      // 0: no port
+  std::string host;  // the attempt's master port: its host
+  int port = 0;      // 0: none (a fence written before fences held the port everywhere)
 
   bool operator==(const Fence&) const = default;
 };
@@ -131,15 +132,16 @@ class Scheduler {
                            int attempt = 0);
   // A job reloaded after a restart in STARTING, RUNNING or ENDING (with its outcome):
   // holds its GPUs and port again, except, for an ENDING job, on its `released_nodes`
-  // (confirmed or fenced before the restart: they may serve another job by now).
+  // (confirmed or fenced before the restart: they may serve another job by now). Its port
+  // may already be held by its own fences.
   Result<void> restore_active(SchedJob job);
   // Feeds an event about a job's attempt. Conflict for stale attempts and events that do
   // not apply in the job's state; NotFound for unknown jobs.
   Result<std::vector<Decision>> on_event(model::JobId id, int attempt, JobEvent event, TimePoint now,
                                          const EventInfo& info = {});
-  // An ENDING job's ranks on `node` are confirmed gone: that node's GPUs (and the master
-  // port, if it is the first node) serve other jobs from now on. The job keeps the rest
-  // until RanksGone. NotFound / Conflict when the job is not ENDING on that node.
+  // An ENDING job's ranks on `node` are confirmed gone: that node's GPUs serve other jobs
+  // from now on. The job keeps the rest, and its master port (ranks elsewhere may still
+  // connect to it), until RanksGone. NotFound / Conflict when the job is not ENDING.
   Result<void> release_node(model::JobId id, std::string_view node, TimePoint now);
   // An ENDING job's ranks on `node` cannot be confirmed (the node is down): what the job
   // holds there becomes a Fence, and the job no longer waits for that node.

@@ -45,6 +45,7 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
   Json fences = Json::array();
   for (const auto& f : r.fences) {
     fences.push_back(Json{{"attempt", f.attempt}, {"node", f.node}, {"gpus", f.gpus},
+                          {"host", f.port == 0 ? Json(nullptr) : Json(f.host)},
                           {"port", f.port == 0 ? Json(nullptr) : Json(f.port)}});
   }
   // ENDING: the ranks whose end is not confirmed yet, and whether each still runs.

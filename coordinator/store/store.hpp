@@ -48,14 +48,15 @@ struct User {
 };
 
 // What an earlier attempt of a job still holds on a node that went down before its agent
-// confirmed the attempt's ranks dead: those GPUs (and the master port, if rank 0 ran
-// there) serve nobody until the agent comes back and confirms, or an admin clears the node.
+// confirmed the attempt's ranks dead: those GPUs and the attempt's master port (its ranks
+// may still connect to it) serve nobody until the agent comes back and confirms, or an
+// admin clears the node.
 // The job itself has moved on (ended, or requeued).
 struct Fence {
   int attempt = 0;
   std::string node;
   std::vector<int> gpus;
-  std::string host;                           // the fenced master port's host, or empty
+  std::string host;                           // the attempt's master port: its host
   int port = 0;                               // 0: no port fenced
 
   bool operator==(const Fence&) const = default;
@@ -105,8 +106,8 @@ struct InsertJob {
 // Replaces every field of an existing job. NotFound if absent. While the new state holds
 // resources (STARTING, RUNNING, ENDING) the allocation's GPUs (node, index) and master port
 // (master_addr, master_port) are held by this job, except, while ENDING, those of nodes
-// whose every rank is confirmed gone (the port goes with the first node); and, in any
-// state, what its fences list; Conflict if another job holds any of
+// whose every rank is confirmed gone (the port stays until the job ends); and, in any
+// state, what its fences list (a port held by several of them is one hold); Conflict if another job holds any of
 // them. In any other state the job holds nothing: terminal states release in the same
 // transaction. InvalidArgument for STARTING/RUNNING without an allocation, or a GPU listed
 // twice. Port 0 means no master port yet: none is held.

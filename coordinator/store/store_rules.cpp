@@ -1,6 +1,7 @@
 #include "coordinator/store/store_rules.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace corral::store {
 
@@ -44,17 +45,17 @@ std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
 }
 
 std::vector<PortKey> ports_held_by(const JobRecord& job) {
-  std::vector<PortKey> ports;
+  // Every fence holds its attempt's master port (its ranks may still connect to it), and a
+  // job holding resources holds its own until it ends; several of them are one hold.
+  std::set<PortKey> ports;
   for (const auto& f : job.fences) {
-    if (f.port != 0) ports.push_back({f.host, f.port});
+    if (f.port != 0) ports.insert({f.host, f.port});
   }
   // Port 0: the allocation has no master port yet, so there is nothing to hold.
-  if (!model::holds_resources(job.state) || !job.allocation || job.allocation->master_port == 0 ||
-      job.allocation->nodes.empty() || node_released(job, job.allocation->nodes.front().node)) {
-    return ports;
+  if (model::holds_resources(job.state) && job.allocation && job.allocation->master_port != 0) {
+    ports.insert({job.allocation->master_addr, job.allocation->master_port});
   }
-  ports.push_back({job.allocation->master_addr, job.allocation->master_port});
-  return ports;
+  return {ports.begin(), ports.end()};
 }
 
 Error job_exists_error(model::JobId id) {

@@ -36,7 +36,8 @@ struct PortKey {
 // gone, or what it held there became a fence. Always false in other states.
 bool node_released(const JobRecord& job, const std::string& node);
 // The GPUs and master port a job in this record holds: none unless its state holds
-// resources, and while ENDING none on released nodes (the port lives on the first node).
+// resources, and while ENDING none on released nodes (the port stays with the job until it
+// ends), plus what its fences hold. Each port appears once.
 // Each GPU appears as often as the allocation lists it.
 std::vector<GpuKey> gpus_held_by(const JobRecord& job);
 std::vector<PortKey> ports_held_by(const JobRecord& job);

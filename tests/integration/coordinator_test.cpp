@@ -235,15 +235,16 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
   EXPECT_EQ(nodes[1]["name"], "gpu-b");
   EXPECT_EQ(nodes[1]["state"], "down");
   // gpu-a confirms: the job ends. gpu-b's ranks are LOST and not confirmed dead: its GPUs
-  // and the port (rank 0 ran on gpu-a, so only GPUs here) stay fenced until its agent
-  // comes back or an admin clears the node.
+  // and the master port on gpu-a (those ranks may still connect to it) stay fenced until
+  // its agent comes back or an admin clears the node.
   a.send(protocol::AttemptGone{id, 0});
   ASSERT_TRUE(reaches(id, "NODE_FAIL"));
   j = job(id);
   EXPECT_EQ(j["ranks"][2]["state"], "LOST");
   ASSERT_EQ(j["fences"].size(), 1u);
   EXPECT_EQ(j["fences"][0]["node"], "gpu-b");
-  EXPECT_EQ(j["fences"][0]["port"], nullptr);
+  EXPECT_EQ(j["fences"][0]["port"], 29500);
+  EXPECT_EQ(j["fences"][0]["host"], "10.0.0.1");
   b.disconnect();
   auto refused = call("POST", "/v1/nodes/gpu-a/clear");
   EXPECT_EQ(refused.status, 409) << refused.body;  // its agent is there to confirm itself

@@ -347,6 +347,8 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                      p.attempt = l.attempt;
                      p.rank = r.rank;
                      p.gpus = r.gpus;
+                     p.host = l.master_addr;
+                     p.port = l.master_port;
                      p.ignores_term = chance(0.2);
                      p.owner = a.generation;
                      procs_.push_back(p);
@@ -526,6 +528,14 @@ std::optional<std::string> LedgerSim::check() {
   // A GPU serves one job until that job's processes on it are dead.
   for (const auto& p : procs_) {
     if (!p.alive) continue;
+    // And its master port: while any rank of the attempt lives, no other job gets it.
+    auto port_holder = ledger_->scheduler().port_holder(p.host, p.port);
+    if (port_holder != p.job) {
+      return fail("port " + std::to_string(p.port) + " on " + p.host + " is " +
+                  (port_holder ? "held by job " + std::to_string(*port_holder) : std::string("free")) + " while job " +
+                  std::to_string(p.job) + " attempt " + std::to_string(p.attempt) + " rank " + std::to_string(p.rank) +
+                  " still runs");
+    }
     for (int g : p.gpus) {
       auto holder = ledger_->scheduler().gpu_holder(p.node, g);
       if (holder != p.job) {

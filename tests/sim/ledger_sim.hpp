@@ -52,6 +52,8 @@ class LedgerSim {
     int attempt = 0;
     int rank = 0;
     std::vector<int> gpus;
+    std::string host;  // the attempt's master port, from its Launch
+    int port = 0;
     bool alive = true;
     bool ignores_term = false;
     std::optional<TimePoint> sigkill_at;  // SIGTERM ignored: the agent's SIGKILL comes then

@@ -193,11 +193,11 @@ TEST(FormatJob, FencesOfALostNodeAreShown) {
   std::string text(kJobJson);
   auto at = text.find("\"exit_code\": 3,\n");
   ASSERT_NE(at, std::string::npos);
-  text.insert(at, "\"fences\": [{\"attempt\": 0, \"node\": \"gpu-b\", \"gpus\": [2, 3], \"port\": 29500}], ");
+  text.insert(at, "\"fences\": [{\"attempt\": 0, \"node\": \"gpu-b\", \"gpus\": [2, 3], \"host\": \"10.0.0.1\", \"port\": 29500}], ");
   auto job = parse_job(text);
   ASSERT_TRUE(job.has_value()) << job.error().message();
   std::string out = format_job(*job, kNow);
-  EXPECT_NE(out.find("Fenced:       gpu-b: GPUs 2,3 and port 29500 (attempt 0): not confirmed dead\n"), std::string::npos)
+  EXPECT_NE(out.find("Fenced:       gpu-b: GPUs 2,3 and port 10.0.0.1:29500 (attempt 0): not confirmed dead\n"), std::string::npos)
       << out;
 }
 

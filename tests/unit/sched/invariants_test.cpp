@@ -123,10 +123,9 @@ class Fuzz {
       const SchedJob* j = s_.job(id);
       ASSERT_NE(j, nullptr);
       if (j->state == JobState::Ending && chance(0.5)) {
-        // One node confirms its ranks gone: its GPUs (and the port, on the first) free up.
+        // One node confirms its ranks gone: its GPUs free up (the port stays until the end).
         const auto& nodes = j->allocation->nodes;
         const std::string name = nodes[static_cast<std::size_t>(pick(0, static_cast<int>(nodes.size()) - 1))].node;
-        bool first = name == nodes.front().node;
         model::Allocation alloc = *j->allocation;
         ASSERT_TRUE(s_.release_node(id, name, now_).has_value());
         if (released_[id].insert(name).second) {
@@ -134,7 +133,6 @@ class Fuzz {
             if (na.node != name) continue;
             for (int g : na.gpus) ASSERT_EQ(held_.gpus.erase({na.node, g}), 1u);
           }
-          if (first) ASSERT_EQ(held_.ports.erase({alloc.master_addr, alloc.master_port}), 1u);
         }
         return;
       }
@@ -190,9 +188,7 @@ class Fuzz {
           if (released.contains(na.node)) continue;
           for (int g : na.gpus) ASSERT_EQ(held_.gpus.erase({na.node, g}), 1u);
         }
-        if (!released.contains(c->allocation->nodes.front().node)) {
-          ASSERT_EQ(held_.ports.erase({c->allocation->master_addr, c->allocation->master_port}), 1u);
-        }
+        ASSERT_EQ(held_.ports.erase({c->allocation->master_addr, c->allocation->master_port}), 1u);
         released_.erase(c->job);
       } else if (c->to == JobState::Ending) {
         ASSERT_TRUE(c->outcome.has_value()) << c->text;

@@ -380,6 +380,34 @@ TEST_F(SchedulerTest, ALostNodesGpusAreFencedWhileTheJobIsRequeuedElsewhere) {
   EXPECT_FALSE(s_.restore_fence({8, 0, master, {0}, "", 0}).has_value());
 }
 
+TEST_F(SchedulerTest, AFenceOnAnyNodeHoldsTheMasterPortItsRanksMayStillReach) {
+  add(node("a").gpus(1, kA100).address("10.4.0.1").ports(29500, 29501));
+  add(node("b").gpus(1, kA100).address("10.4.0.2").ports(29500, 29501));
+  submit(1, job().nodes(2, 1));
+  pass();
+  const std::string master = alloc(1).nodes[0].node;
+  const std::string other = alloc(1).nodes[1].node;
+  const std::string host = alloc(1).master_addr;
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::AllRanksStarted, now_).has_value());
+  ASSERT_TRUE(s_.set_node_state(other, model::NodeState::Down, "heartbeat timeout", now_).has_value());
+  auto fence = s_.fence_node(1, other, now_);
+  ASSERT_TRUE(fence.has_value());
+  EXPECT_EQ(fence->host, host);
+  EXPECT_EQ(fence->port, 29500);
+  // The master node confirms; the job ends; the lost node's ranks may still reach the port.
+  ASSERT_TRUE(s_.release_node(1, master, now_).has_value());
+  EXPECT_EQ(s_.port_holder(host, 29500), 1);
+  ASSERT_TRUE(s_.on_event(1, 0, JobEvent::RanksGone, now_).has_value());
+  EXPECT_EQ(s_.port_holder(host, 29500), 1);
+  submit(2, job().nodes(1, 1));
+  pass();
+  ASSERT_EQ(state(2), JobState::Starting);
+  EXPECT_EQ(alloc(2).nodes[0].node, master);
+  EXPECT_EQ(alloc(2).master_port, 29501);
+  EXPECT_TRUE(s_.lift_fence(1, 0, other));
+  EXPECT_FALSE(s_.port_holder(host, 29500).has_value());
+}
+
 TEST_F(SchedulerTest, UnreachableNodeGetsNoJobAndIsNamedAsNodeDown) {
   add(node("a").gpus(2, kA100));
   add(node("b").gpus(2, kA100));
@@ -511,8 +539,9 @@ TEST_F(SchedulerTest, RestoredEndingJobKeepsItsOutcomeAndItsHolds) {
 }
 
 TEST_F(SchedulerTest, ARestoredEndingJobDoesNotClaimTheNodesItReleasedBeforeTheRestart) {
-  // Job 7 was ENDING with node b confirmed (its GPU and the port, rank 0's, free); job 5
-  // took them. After a restart job 5 is restored first, by id: job 7 must still restore.
+  // Job 7 was ENDING with node b confirmed (its GPU free; the port stays with job 7 until
+  // it ends); job 5 took the GPU. After a restart job 5 is restored first, by id: job 7
+  // must still restore.
   add(node("a").gpus(1, kA100).address("10.5.0.1"));
   add(node("b").gpus(1, kA100).address("10.5.0.2"));
   SchedJob five;
@@ -520,7 +549,7 @@ TEST_F(SchedulerTest, ARestoredEndingJobDoesNotClaimTheNodesItReleasedBeforeTheR
   five.user = "alice";
   five.spec = job().nodes(1, 1);
   five.state = JobState::Running;
-  five.allocation = model::Allocation{{{"b", {0}}}, "10.5.0.2", 29500};
+  five.allocation = model::Allocation{{{"b", {0}}}, "10.5.0.2", 29501};
   ASSERT_TRUE(s_.restore_active(five).has_value());
   SchedJob seven;
   seven.id = 7;
@@ -533,11 +562,12 @@ TEST_F(SchedulerTest, ARestoredEndingJobDoesNotClaimTheNodesItReleasedBeforeTheR
   ASSERT_TRUE(s_.restore_active(seven).has_value());
   EXPECT_EQ(s_.gpu_holder("b", 0), 5);
   EXPECT_EQ(s_.gpu_holder("a", 0), 7);
-  EXPECT_EQ(s_.port_holder("10.5.0.2", 29500), 5);
+  EXPECT_EQ(s_.port_holder("10.5.0.2", 29500), 7);
   ASSERT_TRUE(s_.on_event(7, 0, JobEvent::RanksGone, now_).has_value());
   EXPECT_FALSE(s_.gpu_holder("a", 0).has_value());
   EXPECT_EQ(s_.gpu_holder("b", 0), 5);  // not job 7's to free
-  EXPECT_EQ(s_.port_holder("10.5.0.2", 29500), 5);
+  EXPECT_FALSE(s_.port_holder("10.5.0.2", 29500).has_value());
+  EXPECT_EQ(s_.port_holder("10.5.0.2", 29501), 5);
 }
 
 TEST_F(SchedulerTest, DryRunSaysWhereOrWhy) {
