@@ -35,9 +35,9 @@ int main(int argc, char** argv) {
   long runs = 100000;
   long first = 0;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
-    long value = std::strtol(argv[i + 1], nullptr, 10);
+    long value = i + 1 < argc ? std::strtol(argv[i + 1], nullptr, 10) : -1;
     if (flag == "--runs" && value > 0) {
       runs = value;
     } else if (flag == "--workers" && value > 0) {
