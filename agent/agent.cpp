@@ -434,20 +434,19 @@ void Agent::on_launch(const protocol::Launch& m) {
   std::string dir = config_.spool + "/jobs/" + std::to_string(m.job) + "/" + std::to_string(m.attempt);
   fs::create_directories(dir, ec);
   if (ec) return launch_failed(m, "cannot create " + dir + ": " + ec.message());
-  Env base;
-  base.emplace_back("PATH", std::getenv("PATH") ? std::getenv("PATH") : "/usr/local/bin:/usr/bin:/bin");
-  for (const char* keep : {"LANG", "LC_ALL", "TZ"}) {
-    if (const char* v = std::getenv(keep)) base.emplace_back(keep, v);
+  // A clean login-like environment, never the agent's own: the job's exported
+  // environment and env come on top of it (build_rank_env).
+  std::optional<UserIds> account = user;
+  if (!account) {
+    if (auto self = lookup_user_id(::geteuid())) account = *self;
   }
-  if (user) {
-    base.emplace_back("HOME", user->home);
-    base.emplace_back("USER", user->name);
-    base.emplace_back("LOGNAME", user->name);
-    base.emplace_back("SHELL", user->shell);
-  } else {
-    for (const char* keep : {"HOME", "USER", "LOGNAME", "SHELL"}) {
-      if (const char* v = std::getenv(keep)) base.emplace_back(keep, v);
-    }
+  Env base;
+  base.emplace_back("PATH", kLoginPath);
+  if (account) {
+    base.emplace_back("HOME", account->home);
+    base.emplace_back("USER", account->name);
+    base.emplace_back("LOGNAME", account->name);
+    base.emplace_back("SHELL", account->shell);
   }
   auto ranks = m.ranks;
   std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
@@ -461,10 +460,12 @@ void Agent::on_launch(const protocol::Launch& m) {
     }
     ProcessSpec spec;
     spec.argv = m.command.shell ? std::vector<std::string>{"/bin/sh", "-c", m.command.argv.front()} : m.command.argv;
+    if (m.command.shell) spec.require_program = shell_program(m.command.argv.front());
     Env env = build_rank_env(m, r, {interface_}, base);
     env.emplace_back(kAgentIdVariable, agent_id_);
     spec.envp = to_envp(env);
     spec.workdir = m.workdir;
+    if (account) spec.home = account->home;
     spec.user = user;
     spec.log_path = log_path(m.job, m.attempt, r.rank);
     if (r.rank == 0 && job.probe_fd >= 0) {
@@ -475,7 +476,9 @@ void Agent::on_launch(const protocol::Launch& m) {
     auto pid = spawn(spec);
     if (!pid) {
       // A bad workdir or command fails every rank alike: report it as the launch failure.
-      send(protocol::RankExited{m.job, m.attempt, r.rank, 127, 0, pid.error().message(), true});
+      send(protocol::RankExited{m.job, m.attempt, r.rank, 127, 0,
+                                "cannot start as user " + (user ? user->name : m.user) + ": " + pid.error().message(),
+                                true});
       continue;
     }
     Rank rank{r.rank, *pid, false, spec.log_path, r.gpus};

@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,13 +18,31 @@
 
 namespace corral::agent {
 
+namespace {
+
+UserIds user_ids(const passwd& pw) {
+  return UserIds{pw.pw_name ? pw.pw_name : "", pw.pw_uid, pw.pw_gid, pw.pw_dir ? pw.pw_dir : "/",
+                 pw.pw_shell && *pw.pw_shell ? pw.pw_shell : "/bin/sh"};
+}
+
+}  // namespace
+
 Result<UserIds> lookup_user(const std::string& name) {
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;
   int rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
   if (rc != 0 || found == nullptr) return make_error(ErrorCode::NotFound, "no such user " + name + " on this node");
-  return UserIds{name, pw.pw_uid, pw.pw_gid, pw.pw_dir ? pw.pw_dir : "/", pw.pw_shell ? pw.pw_shell : "/bin/sh"};
+  return user_ids(pw);
+}
+
+Result<UserIds> lookup_user_id(uid_t uid) {
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int rc = getpwuid_r(uid, &pw, buf.data(), buf.size(), &found);
+  if (rc != 0 || found == nullptr) return make_error(ErrorCode::NotFound, "no user with uid " + std::to_string(uid));
+  return user_ids(pw);
 }
 
 namespace {
@@ -31,13 +50,62 @@ namespace {
 // In the child: report `what: strerror(errno)` to the parent and exit.
 [[noreturn]] void child_fail(int fd, const char* what) {
   int err = errno;
-  char msg[512];
+  char msg[4096];
   int n = std::snprintf(msg, sizeof(msg), "%s: %s", what, std::strerror(err));
   if (n > 0) (void)!::write(fd, msg, static_cast<std::size_t>(std::min(n, static_cast<int>(sizeof(msg)) - 1)));
   ::_exit(127);
 }
 
+// In the child: report `message` as it is and exit.
+[[noreturn]] void child_fail_with(int fd, const std::string& message) {
+  (void)!::write(fd, message.data(), message.size());
+  ::_exit(127);
+}
+
+std::string env_path(const std::vector<std::string>& envp) {
+  for (const auto& e : envp) {
+    if (e.starts_with("PATH=")) return e.substr(5);
+  }
+  return {};
+}
+
+// Where exec would look for `program`, in order: itself when it names a path, else each
+// PATH entry (an empty one is the working directory).
+std::vector<std::string> program_candidates(const std::string& program, const std::string& path) {
+  if (program.find('/') != std::string::npos) return {program};
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= path.size()) {
+    std::size_t colon = std::min(path.find(':', at), path.size());
+    std::string dir = path.substr(at, colon - at);
+    out.push_back(dir.empty() ? program : dir + "/" + program);
+    at = colon + 1;
+  }
+  return out;
+}
+
+bool executable_file(const std::string& file) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(file.c_str(), X_OK) == 0;
+}
+
+constexpr std::string_view kShellWords[] = {
+    "!", ".", ":", "[", "[[", "{", "alias", "break", "case", "cd", "command", "continue", "echo", "eval",
+    "exec", "exit", "export", "false", "for", "function", "getopts", "hash", "if", "kill", "local", "printf",
+    "pwd", "read", "readonly", "return", "set", "shift", "source", "test", "time", "times", "trap", "true",
+    "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while"};
+
 }  // namespace
+
+std::string shell_program(std::string_view command) {
+  std::size_t start = command.find_first_not_of(" \t");
+  if (start == std::string_view::npos) return {};
+  std::size_t end = command.find_first_of(" \t\n;&|", start);
+  std::string_view word = command.substr(start, (end == std::string_view::npos ? command.size() : end) - start);
+  if (word.empty() || word.find_first_of("$`'\"\\<>(){}*?[]=~#!") != std::string_view::npos) return {};
+  if (std::find(std::begin(kShellWords), std::end(kShellWords), word) != std::end(kShellWords)) return {};
+  return std::string(word);
+}
 
 Result<pid_t> spawn(const ProcessSpec& spec) {
   if (spec.argv.empty()) return make_error(ErrorCode::InvalidArgument, "empty command");
@@ -48,10 +116,18 @@ Result<pid_t> spawn(const ProcessSpec& spec) {
   for (const auto& e : spec.envp) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   std::string workdir = spec.workdir;
-  if (workdir.empty() && spec.user) workdir = spec.user->home;
-  std::string chdir_what = "chdir " + workdir;
+  if (workdir.empty()) workdir = !spec.home.empty() ? spec.home : spec.user ? spec.user->home : "";
+  std::string chdir_what = spec.workdir.empty() ? "home directory " + workdir + " (the job sets no workdir)"
+                                                : "workdir " + workdir;
   std::string log_what = "open log " + spec.log_path;
   std::string exec_what = "exec " + spec.argv.front();
+  // exec looks programs up on the job's PATH, not the agent's: decided here, before the
+  // fork, so the child only tries the candidates.
+  std::string path = env_path(spec.envp);
+  if (path.empty()) path = kLoginPath;
+  const std::string& program = spec.require_program.empty() ? spec.argv.front() : spec.require_program;
+  const std::vector<std::string> candidates = program_candidates(program, path);
+  const std::string not_found = "command not found: " + program + " (PATH=" + path + ")";
 
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return make_error(ErrorCode::Internal, std::string("pipe: ") + std::strerror(errno));
@@ -86,7 +162,15 @@ Result<pid_t> spawn(const ProcessSpec& spec) {
       if (::setuid(spec.user->uid) != 0) child_fail(report[1], "setuid");
     }
     if (!workdir.empty() && ::chdir(workdir.c_str()) != 0) child_fail(report[1], chdir_what.c_str());
-    ::execvpe(argv[0], argv.data(), envp.data());
+    // As the user, in the workdir: what it may run from there.
+    if (std::none_of(candidates.begin(), candidates.end(), executable_file)) child_fail_with(report[1], not_found);
+    if (spec.require_program.empty()) {
+      for (const auto& file : candidates) {
+        if (executable_file(file)) ::execve(file.c_str(), argv.data(), envp.data());
+      }
+    } else {
+      ::execve(argv[0], argv.data(), envp.data());  // the shell, by its path
+    }
     child_fail(report[1], exec_what.c_str());
   }
   ::close(report[1]);

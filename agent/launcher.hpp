@@ -25,19 +25,33 @@ struct UserIds {
 
 // NotFound when the user does not exist on this node.
 Result<UserIds> lookup_user(const std::string& name);
+Result<UserIds> lookup_user_id(uid_t uid);
+
+// The PATH a rank starts with before its exported environment and env (a login's).
+inline constexpr const char* kLoginPath = "/usr/local/bin:/usr/bin:/bin";
 
 struct ProcessSpec {
-  std::vector<std::string> argv;   // argv[0] is looked up on the child's PATH
+  std::vector<std::string> argv;   // argv[0] is looked up on the PATH of `envp`
   std::vector<std::string> envp;   // "KEY=VALUE"
-  std::string workdir;             // empty: stay where the agent is (or the user's home when switching)
+  std::string workdir;             // empty: `home`
+  std::string home;                // empty: the user's home when switching, else stay where the agent is
   std::optional<UserIds> user;     // switch to this user (needs root)
   std::string log_path;            // stdout and stderr are appended here
   int stdout_fd = -1;              // when set: stdout goes here instead (the log keeps stderr)
   int stdin_fd = -1;               // when set: the child's stdin; else /dev/null
+  // A program that must be found on the PATH of `envp` before exec, else the start fails
+  // ("command not found"): the first word of a shell command (shell_program).
+  std::string require_program;
 };
 
+// The program a `/bin/sh -c` command runs first, when that is plain to see: its first
+// word, unless that is a shell keyword or builtin, an assignment, or holds quoting,
+// expansions or other shell syntax. Empty otherwise.
+std::string shell_program(std::string_view command);
+
 // The pid of the started process, which leads its own process group. InvalidArgument
-// with the reason when it could not be started ("chdir /data: No such file or directory").
+// with the reason when it could not be started ("workdir /data: No such file or
+// directory", "command not found: trian.py (PATH=/usr/bin:/bin)").
 Result<pid_t> spawn(const ProcessSpec& spec);
 
 // Sends `signal` to the whole process group led by `pgid`. False when none is left.

@@ -30,23 +30,41 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+std::string join_ints(const std::vector<int>& items) {
+  std::string out;
+  for (int i : items) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
+}
+
 }  // namespace
 
 Env build_rank_env(const protocol::Launch& launch, const protocol::RankSpec& rank, const NodeFacts& facts,
                    const Env& base) {
   Env env = base;
   for (const auto& [k, v] : launch.env) set(env, k, v);
-  std::string devices;
-  for (int g : rank.gpus) devices += (devices.empty() ? "" : ",") + std::to_string(g);
-  set(env, "CUDA_VISIBLE_DEVICES", devices);
+  set(env, "CUDA_VISIBLE_DEVICES", join_ints(visible_gpus(launch, rank)));
+  // corral numbers GPUs as nvidia-smi does, in PCI bus order; CUDA's default order is
+  // fastest first, which differs on a node with mixed cards.
+  set(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  // torchrun's worker environment (torch.distributed.elastic's local agent), name for name.
   set(env, "MASTER_ADDR", launch.master_addr);
   set(env, "MASTER_PORT", std::to_string(launch.master_port));
   set(env, "WORLD_SIZE", std::to_string(launch.world_size));
   set(env, "RANK", std::to_string(rank.rank));
   set(env, "LOCAL_RANK", std::to_string(rank.local_rank));
   set(env, "LOCAL_WORLD_SIZE", std::to_string(launch.local_world_size));
-  set(env, "NODE_RANK", std::to_string(rank.node_rank));
   set(env, "GROUP_RANK", std::to_string(rank.node_rank));
+  set(env, "GROUP_WORLD_SIZE", std::to_string(launch.nodes.size()));
+  set(env, "ROLE_RANK", std::to_string(rank.rank));
+  set(env, "ROLE_NAME", "default");
+  set(env, "ROLE_WORLD_SIZE", std::to_string(launch.world_size));
+  set(env, "TORCHELASTIC_RESTART_COUNT", std::to_string(launch.attempt));
+  set(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(launch.max_restarts));
+  set(env, "TORCHELASTIC_RUN_ID", std::to_string(launch.job));
+  // No agent-side store: init_process_group's env:// makes rank 0 host the TCPStore.
+  set(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
+  // Not torchrun's, but what a Slurm or MPI user looks for.
+  set(env, "NODE_RANK", std::to_string(rank.node_rank));
   set(env, "CORRAL_JOB_ID", std::to_string(launch.job));
   set(env, "CORRAL_ATTEMPT", std::to_string(launch.attempt));
   set(env, "CORRAL_JOB_NAME", launch.name);
@@ -62,7 +80,25 @@ Env build_rank_env(const protocol::Launch& launch, const protocol::RankSpec& ran
   // Several ranks on one node each spawning a thread per core oversubscribe it; torchrun
   // sets 1 for the same reason.
   if (launch.local_world_size > 1 && !has(launch.env, "OMP_NUM_THREADS")) set(env, "OMP_NUM_THREADS", "1");
+  // As torchrun: a failed NCCL collective raises instead of hanging (torch 1.x reads the
+  // first name, 2.x the second).
+  for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
+    if (!has(launch.env, name)) set(env, name, "1");
+  }
   return env;
+}
+
+std::vector<int> visible_gpus(const protocol::Launch& launch, const protocol::RankSpec& rank) {
+  bool listed = std::any_of(launch.ranks.begin(), launch.ranks.end(), [&](const auto& r) { return r.rank == rank.rank; });
+  if (launch.gpus_per_rank || !listed) return rank.gpus;
+  // Every rank of the node in local-rank order: LOCAL_RANK's own GPUs come at
+  // LOCAL_RANK * (GPUs per rank) of the list, on every rank alike.
+  std::vector<const protocol::RankSpec*> local;
+  for (const auto& r : launch.ranks) local.push_back(&r);
+  std::sort(local.begin(), local.end(), [](const auto* a, const auto* b) { return a->local_rank < b->local_rank; });
+  std::vector<int> gpus;
+  for (const auto* r : local) gpus.insert(gpus.end(), r->gpus.begin(), r->gpus.end());
+  return gpus;
 }
 
 std::vector<std::string> to_envp(const Env& env) {

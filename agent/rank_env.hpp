@@ -24,6 +24,10 @@ struct NodeFacts {
 Env build_rank_env(const protocol::Launch& launch, const protocol::RankSpec& rank, const NodeFacts& facts,
                    const Env& base);
 
+// CUDA_VISIBLE_DEVICES of `rank` (one of launch.ranks): its own GPUs with
+// launch.gpus_per_rank, else every GPU of the job on this node, in local-rank order.
+std::vector<int> visible_gpus(const protocol::Launch& launch, const protocol::RankSpec& rank);
+
 // "KEY=VALUE" strings for execve.
 std::vector<std::string> to_envp(const Env& env);
 

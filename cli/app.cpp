@@ -63,6 +63,9 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   submit->add_flag("--dry-run", submit_opts.dry_run,
                    "Say where the job would start, or why it would wait; submit nothing");
   submit->add_flag("--json", submit_opts.json, "Print the coordinator's JSON answer");
+  submit->add_option("--export", submit_opts.export_env,
+                     "Which of this shell's environment variables the job gets: ALL (default), NONE, or "
+                     "VAR,VAR,... (as sbatch; overrides the spec's export:)");
 
   QueueOptions queue_opts;
   auto* queue = app.add_subcommand("queue", "List live jobs (PENDING, STARTING, RUNNING)");
@@ -139,7 +142,11 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   if (*config_opt) config = config_file;
   auto api = ctx.make_api([config, env = ctx.env] { return load_connection_settings(config, env); });
   CommandContext cc{*api, ctx.out, ctx.err, ctx.clock, ctx.sleep};
-  if (*submit) return run_submit(cc, submit_opts);
+  if (*submit) {
+    submit_opts.submit_dir = ctx.cwd;
+    submit_opts.environ = ctx.environ;
+    return run_submit(cc, submit_opts);
+  }
   if (*queue) return run_queue(cc, queue_opts);
   if (*show) return run_show(cc, show_opts);
   if (*nodes && !clear_opts.node.empty()) {

@@ -12,6 +12,7 @@
 #include "cli/api_client.hpp"
 #include "cli/connection.hpp"
 #include "common/core/time.hpp"
+#include "common/model/submission.hpp"
 
 namespace corral::cli {
 
@@ -23,6 +24,10 @@ struct AppContext {
   std::function<void(Duration)> sleep;
   // Makes the API client, given where its settings come from (resolved on first use).
   std::function<std::unique_ptr<ApiClient>(HttpApiClient::SettingsSource)> make_api;
+  // What a submitted job takes along, as sbatch does: the working directory and the whole
+  // environment (`--export` chooses which of it).
+  std::string cwd = {};
+  model::EnvList environ = {};
 };
 
 // `args` without the program name. Returns the exit code (exit_codes.hpp); usage

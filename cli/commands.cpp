@@ -74,14 +74,29 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   if (!text) return fail(ctx, text.error());
   // Checked here first so that every problem is shown with the path as typed, which
   // editors and terminals can jump to, before anything is sent.
-  if (auto spec = model::parse_job_spec(*text, options.file, limits); !spec) {
+  auto spec = model::parse_job_spec(*text, options.file, limits);
+  if (!spec) {
     if (spec.error().code() != ErrorCode::InvalidArgument) return fail(ctx, spec.error());
     ctx.err << spec.error().message() << "\n";
     return kExitUsage;
   }
+  // As sbatch: the job takes this shell's environment (--export, else the spec's export:)
+  // and starts where we are unless the spec names a workdir.
+  model::ExportChoice choice = spec->export_env.value_or(model::ExportChoice{});
+  if (options.export_env) {
+    auto flag = model::parse_export_choice(*options.export_env, "--export");
+    if (!flag) return fail(ctx, flag.error());
+    choice = *flag;
+  }
+  auto exported = model::exported_environment(choice, options.environ, options.export_env ? "--export" : "export");
+  if (!exported) return fail(ctx, exported.error());
+  Json environment = Json::array();
+  for (const auto& [k, v] : *exported) environment.push_back(Json::array({k, v}));
   Json body{{"spec", *text},
             {"file", std::filesystem::path(options.file).filename().string()},
-            {"dry_run", options.dry_run}};
+            {"dry_run", options.dry_run},
+            {"environment", environment}};
+  if (!options.submit_dir.empty()) body["submit_dir"] = options.submit_dir;
   auto r = ctx.api.call("POST", "/v1/jobs", body.dump(-1, ' ', false, Json::error_handler_t::replace));
   if (!r) return fail(ctx, r.error());
   if (r->status == 400) {
@@ -199,7 +214,7 @@ int run_wait(CommandContext& ctx, const WaitOptions& options) {
         } else {
           ctx.out << format_end_state(*job) << "\n";
         }
-        return job->state == "COMPLETED" ? kExitOk : kExitFailed;
+        return wait_exit_code(*job);
       }
     }
     TimePoint now = ctx.clock.now();

@@ -11,6 +11,7 @@
 
 #include "cli/api_client.hpp"
 #include "common/core/time.hpp"
+#include "common/model/submission.hpp"
 
 namespace corral::cli {
 
@@ -27,6 +28,9 @@ struct SubmitOptions {
   std::string file;
   bool dry_run = false;
   bool json = false;
+  std::optional<std::string> export_env;  // --export: ALL, NONE or VAR,...; unset: the spec's, else ALL
+  std::string submit_dir;                 // where `corral submit` runs (the default workdir)
+  model::EnvList environ;                 // the submitting process's environment
 };
 
 struct QueueOptions {

@@ -1,6 +1,9 @@
 // corral: the command-line tool for people. Parses and dispatches (cli/app.cpp); the
 // real streams, environment, clock and HTTPS client are wired in here.
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -18,6 +21,13 @@ int main(int argc, char** argv) {
                       [](cli::HttpApiClient::SettingsSource settings) -> std::unique_ptr<cli::ApiClient> {
                         return std::make_unique<cli::HttpApiClient>(std::move(settings));
                       }};
+  std::error_code ec;
+  ctx.cwd = std::filesystem::current_path(ec).string();
+  for (char** e = ::environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos) ctx.environ.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
   int code = cli::run_app(args, ctx);
   std::cout.flush();
   return code;

@@ -10,6 +10,14 @@ std::string_view to_string(LaunchMode mode) {
   return "unknown";
 }
 
+std::string_view to_string(GpuVisibility visibility) {
+  switch (visibility) {
+    case GpuVisibility::Node: return "node";
+    case GpuVisibility::Rank: return "rank";
+  }
+  return "unknown";
+}
+
 int total_gpus(const JobSpec& spec) {
   if (spec.total_gpus) return *spec.total_gpus;
   return spec.nodes.value_or(1) * spec.gpus_per_node.value_or(0);

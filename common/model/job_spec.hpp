@@ -11,11 +11,18 @@
 
 #include "common/core/time.hpp"
 #include "common/model/cuda_version.hpp"
+#include "common/model/submission.hpp"
 
 namespace corral::model {
 
 enum class LaunchMode { Torch, Nccl };
 std::string_view to_string(LaunchMode mode);
+
+// Which GPUs a rank sees through CUDA_VISIBLE_DEVICES. Node (torchrun's contract): every
+// local rank sees all of the job's GPUs on its node, in one order, and LOCAL_RANK indexes
+// them. Rank: each rank sees only its own.
+enum class GpuVisibility { Node, Rank };
+std::string_view to_string(GpuVisibility visibility);
 
 struct GpuConstraint {
   std::string model;                      // exact product name or glob; empty = any
@@ -36,8 +43,9 @@ struct Command {
 struct JobSpec {
   std::string name;
   Command command;
-  std::string workdir;                                       // empty: the user's home
+  std::string workdir;  // empty: where it was submitted from (Submission::dir), else the user's home
   std::vector<std::pair<std::string, std::string>> env;      // in file order, keys unique
+  std::optional<ExportChoice> export_env;                    // `export:`; unset: the CLI's --export (ALL)
 
   // Resources. Either nodes x gpus_per_node (both set), or total_gpus with nodes unset
   // (the scheduler picks the fewest nodes that divide it evenly).
@@ -47,6 +55,7 @@ struct JobSpec {
   GpuConstraint gpu;
 
   LaunchMode mode = LaunchMode::Torch;
+  GpuVisibility gpu_visibility = GpuVisibility::Node;
   // 0: one process per GPU. Otherwise processes per node; divides the GPUs per node.
   int procs_per_node = 0;
 

@@ -18,9 +18,12 @@ namespace {
 
 constexpr std::size_t kMaxNameBytes = 64;
 // What corral hands every rank itself: a job that set them would break rendezvous.
-constexpr std::array<std::string_view, 9> kReservedEnv = {
-    "RANK",       "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE",    "NODE_RANK",
-    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"};
+constexpr std::array<std::string_view, 18> kReservedEnv = {
+    "RANK",        "WORLD_SIZE",       "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
+    "NODE_RANK",   "GROUP_RANK",       "GROUP_WORLD_SIZE",    "ROLE_RANK",
+    "ROLE_NAME",   "ROLE_WORLD_SIZE",  "MASTER_ADDR",         "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",  "TORCHELASTIC_USE_AGENT_STORE"};
 constexpr std::string_view kReservedEnvPrefix = "CORRAL_";
 
 bool is_word_char(char c) {

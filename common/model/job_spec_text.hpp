@@ -1,6 +1,6 @@
 #pragma once
 // Text rules of the job spec that need no YAML: names, numbers, message paths. Shared by
-// job_spec_yaml.cpp only; kept apart so that file stays about walking YAML.
+// job_spec_yaml.cpp and submission.cpp; kept apart so the former stays about walking YAML.
 
 #include <cstdint>
 #include <optional>

@@ -29,11 +29,11 @@ using spec_text::reserved_env_problem;
 using spec_text::valid_env_name;
 using spec_text::valid_job_name;
 
-constexpr std::array<std::string_view, 9> kTopFields = {
-    "name", "command", "workdir", "env", "resources", "launch", "time_limit", "priority", "retries"};
+constexpr std::array<std::string_view, 10> kTopFields = {
+    "name", "command", "workdir", "env", "export", "resources", "launch", "time_limit", "priority", "retries"};
 constexpr std::array<std::string_view, 4> kResourceFields = {"nodes", "gpus_per_node", "gpus", "gpu"};
 constexpr std::array<std::string_view, 3> kGpuFields = {"model", "min_memory_gb", "min_cuda"};
-constexpr std::array<std::string_view, 2> kLaunchFields = {"mode", "procs_per_node"};
+constexpr std::array<std::string_view, 3> kLaunchFields = {"mode", "procs_per_node", "gpu_visibility"};
 // A sanity bound: no GPU comes near it, and it keeps gb * 1024 far from overflowing.
 constexpr double kMaxMemoryGb = 16384;
 
@@ -127,6 +127,7 @@ class SpecReader {
   void read_command(const Entry& entry, JobSpec& spec);
   void read_workdir(const Entry& entry, JobSpec& spec);
   void read_env(const Entry& entry, JobSpec& spec);
+  void read_export(const Entry& entry, JobSpec& spec);
   ResourceFields read_resources(const Entry& entry, JobSpec& spec);
   void read_gpu(const Entry& entry, GpuConstraint& gpu);
   LaunchFields read_launch(const Entry& entry, JobSpec& spec);
@@ -294,6 +295,7 @@ std::optional<JobSpec> SpecReader::read(const YAML::Node& root) {
   if (auto it = top.find("command"); it != top.end()) read_command(it->second, spec);
   if (auto it = top.find("workdir"); it != top.end()) read_workdir(it->second, spec);
   if (auto it = top.find("env"); it != top.end()) read_env(it->second, spec);
+  if (auto it = top.find("export"); it != top.end()) read_export(it->second, spec);
   ResourceFields resources;
   if (auto it = top.find("resources"); it != top.end()) resources = read_resources(it->second, spec);
   LaunchFields launch;
@@ -321,6 +323,44 @@ void SpecReader::read_name(const Entry& entry, JobSpec& spec) {
     return;
   }
   spec.name = *text;
+}
+
+void SpecReader::read_export(const Entry& entry, JobSpec& spec) {
+  constexpr std::string_view kExpectation = "must be ALL, NONE or a list of variable names";
+  const YAML::Node& value = entry.value;
+  if (value.IsScalar()) {
+    auto choice = parse_export_choice(value.Scalar(), entry.path);
+    if (!choice) {
+      add(entry.value_at, entry.path, std::string(kExpectation) + ", got " + quote_for_message(value.Scalar()));
+      return;
+    }
+    spec.export_env = *choice;
+    return;
+  }
+  if (!value.IsSequence()) {
+    add(entry.value_at, entry.path, std::string(kExpectation) + ", got " + describe(value));
+    return;
+  }
+  ExportChoice choice{false, {}};
+  std::size_t index = 0;
+  bool ok = true;
+  for (auto it = value.begin(); it != value.end(); ++it, ++index) {
+    std::string path = entry.path + "[" + std::to_string(index) + "]";
+    const YAML::Node& item = *it;
+    Position at = item.IsNull() ? entry.value_at : position_of(item.Mark());
+    if (!item.IsScalar() || !valid_env_name(item.Scalar())) {
+      add(at, path, "must be a variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      ok = false;
+      continue;
+    }
+    if (auto problem = reserved_env_problem(item.Scalar())) {
+      add(at, path, "corral sets " + item.Scalar() + " itself; it cannot be exported");
+      ok = false;
+      continue;
+    }
+    choice.names.push_back(item.Scalar());
+  }
+  if (ok) spec.export_env = std::move(choice);
 }
 
 void SpecReader::read_command(const Entry& entry, JobSpec& spec) {
@@ -495,7 +535,7 @@ void SpecReader::read_gpu(const Entry& entry, GpuConstraint& gpu) {
 
 LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
   LaunchFields launch;
-  if (!expect_map(entry, "must be a map with mode or procs_per_node")) return launch;
+  if (!expect_map(entry, "must be a map with mode, procs_per_node or gpu_visibility")) return launch;
   Fields fields = read_fields(entry.value, entry.path, kLaunchFields);
   if (auto it = fields.find("mode"); it != fields.end()) {
     const Entry& mode = it->second;
@@ -506,6 +546,18 @@ LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
         spec.mode = LaunchMode::Nccl;
       } else {
         add(mode.value_at, mode.path, "must be torch or nccl, got " + quote_for_message(*text));
+      }
+    }
+  }
+  if (auto it = fields.find("gpu_visibility"); it != fields.end()) {
+    const Entry& visibility = it->second;
+    if (auto text = read_scalar(visibility, "must be node or rank")) {
+      if (*text == "node") {
+        spec.gpu_visibility = GpuVisibility::Node;
+      } else if (*text == "rank") {
+        spec.gpu_visibility = GpuVisibility::Rank;
+      } else {
+        add(visibility.value_at, visibility.path, "must be node or rank, got " + quote_for_message(*text));
       }
     }
   }

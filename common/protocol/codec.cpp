@@ -10,7 +10,7 @@ namespace {
 constexpr std::int64_t kMaxJobId = std::int64_t{1} << 53;
 constexpr int kMaxAttempt = 1000;
 constexpr int kMaxRank = 1 << 20;
-constexpr std::size_t kMaxEnv = 1024;
+constexpr std::size_t kMaxEnv = 2048;  // a spec's env (256) and an exported environment (1024)
 constexpr std::size_t kMaxValue = 64 * 1024;
 
 template <class... Ts>
@@ -115,6 +115,8 @@ std::string encode(const CoordinatorMessage& message) {
                         {"master_addr", m.master_addr},
                         {"master_port", m.master_port},
                         {"nccl_id", m.nccl_id},
+                        {"gpu_visibility", m.gpus_per_rank ? "rank" : "node"},
+                        {"max_restarts", m.max_restarts},
                         {"ranks", ranks}};
           },
           [](const Kill& m) {
@@ -291,6 +293,10 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     m.master_addr = r.str("master_addr", kMaxName);
     m.master_port = r.i32("master_port", 1, 65535);
     m.nccl_id = r.str("nccl_id", 256, "");
+    std::string visibility = r.str("gpu_visibility", 8, "node");
+    if (visibility != "node" && visibility != "rank") r.fail(r.child_path("gpu_visibility"), "must be node or rank");
+    m.gpus_per_rank = visibility == "rank";
+    m.max_restarts = r.i32("max_restarts", 0, kMaxAttempt, 0);
     if (const Json* ranks = r.array("ranks", 1024)) {
       for (std::size_t i = 0; i < ranks->size() && r.ok(); ++i) {
         JsonReader e((*ranks)[i], r.item_path("ranks", i));

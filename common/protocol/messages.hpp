@@ -168,6 +168,8 @@ struct Launch {
   std::string master_addr;
   int master_port = 0;
   std::string nccl_id;               // empty unless launch.mode is nccl
+  bool gpus_per_rank = false;        // launch.gpu_visibility: rank (else every rank sees the node's)
+  int max_restarts = 0;              // the job's retries (TORCHELASTIC_MAX_RESTARTS)
   std::vector<RankSpec> ranks;       // the ranks of the receiving node
   bool operator==(const Launch&) const = default;
 };

@@ -73,7 +73,7 @@ void Ledger::send(const std::string& node, protocol::CoordinatorMessage message)
 // ---------------------------------------------------------------- requests
 
 Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec spec, std::string spec_text,
-                                         TimePoint now) {
+                                         TimePoint now, model::Submission submission) {
   now_ = now;
   model::JobId id = max_job_id_ + 1;
   store::JobRecord rec;
@@ -83,6 +83,7 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
   rec.spec_yaml = std::move(spec_text);
   rec.state = JobState::Pending;
   rec.submitted_at = now;
+  rec.submission = std::move(submission);
   if (auto added = scheduler_.add_pending(id, user, spec, now); !added) return std::unexpected(added.error());
   max_job_id_ = id;
   ++stats_.submitted;
@@ -233,6 +234,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       rec.started_at = now;
       rec.ended_at.reset();
       rec.reason.clear();
+      rec.detail.clear();
       rec.nccl_id.clear();
       rec.ranks = rank_records(job->spec, *change.allocation);
       job->launched_on.clear();
@@ -254,6 +256,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       // The outcome and its cause are decided now; the end is recorded once every rank is
       // confirmed gone.
       rec.reason = std::string(sched::to_string(change.event));
+      rec.detail = change.info.message;
       if (change.info.rank) rec.failed_rank = change.info.rank;
       if (!change.info.node.empty() && change.event != sched::JobEvent::Cancel) rec.failed_node = change.info.node;
       if (change.info.exit_code) rec.exit_code = change.info.exit_code;
@@ -266,7 +269,10 @@ void Ledger::apply_change(const sched::JobChange& change) {
       break;
     default:  // terminal, from ENDING (every rank gone) or PENDING (cancelled)
       rec.ended_at = now;
-      if (change.from == JobState::Pending) rec.reason = std::string(sched::to_string(change.event));
+      if (change.from == JobState::Pending) {
+        rec.reason = std::string(sched::to_string(change.event));
+        rec.detail = change.info.message;
+      }
       break;
   }
   persist_job(*job, change.text);
@@ -338,14 +344,26 @@ void Ledger::send_launch(Job& job, const std::string& only) {
   base.name = job.spec.name;
   base.user = rec.user;
   base.command = job.spec.command;
-  base.workdir = job.spec.workdir;
-  base.env = job.spec.env;
+  // As sbatch: the directory it was submitted from unless the spec names one (empty: the
+  // user's home), the exported environment under the spec's env.
+  base.workdir = job.spec.workdir.empty() ? rec.submission.dir : job.spec.workdir;
+  base.env = rec.submission.env;
+  for (const auto& [k, v] : job.spec.env) {
+    auto same = std::find_if(base.env.begin(), base.env.end(), [&](const auto& kv) { return kv.first == k; });
+    if (same != base.env.end()) {
+      same->second = v;
+    } else {
+      base.env.emplace_back(k, v);
+    }
+  }
   for (const auto& na : alloc.nodes) base.nodes.push_back(na.node);
   base.world_size = static_cast<int>(ranks.size());
   base.local_world_size = ranks.empty() ? 0 : ranks.front().local_world_size;
   base.master_addr = alloc.master_addr;
   base.master_port = alloc.master_port;
   base.nccl_id = rec.nccl_id;
+  base.gpus_per_rank = job.spec.gpu_visibility == model::GpuVisibility::Rank;
+  base.max_restarts = job.spec.retries;
   for (std::size_t n = 0; n < alloc.nodes.size(); ++n) {
     protocol::Launch msg = base;
     for (const auto& r : ranks) {

@@ -85,7 +85,10 @@ class Ledger {
     model::JobId id = 0;
     store::Change change;  // the new job: commit it, then acknowledge (not in take())
   };
-  Result<Submitted> submit(const std::string& user, model::JobSpec spec, std::string spec_text, TimePoint now);
+  // `submission`: where it was submitted from and the environment exported with it
+  // (checked by the caller).
+  Result<Submitted> submit(const std::string& user, model::JobSpec spec, std::string spec_text, TimePoint now,
+                           model::Submission submission = {});
   // NotFound, PermissionDenied (not the owner nor an admin), Conflict (ended or ending).
   Result<void> cancel(model::JobId id, const std::string& user, bool admin, TimePoint now);
   // An admin drains or resumes a node. NotFound, InvalidArgument.

@@ -139,7 +139,20 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
   std::string spec_text = r.str("spec", 64 * 1024);
   std::string file = r.str("file", 256, "job.yaml");
   bool dry_run = r.boolean("dry_run", false);
+  model::Submission submission;
+  submission.dir = r.str("submit_dir", 4096, "");
+  if (const Json* env = r.array("environment", model::kMaxExportedVariables, false)) {
+    for (std::size_t i = 0; i < env->size() && r.ok(); ++i) {
+      const Json& kv = (*env)[i];
+      if (!kv.is_array() || kv.size() != 2 || !kv[0].is_string() || !kv[1].is_string()) {
+        r.fail(r.item_path("environment", i), "must be a [name, value] pair of strings");
+        break;
+      }
+      submission.env.emplace_back(kv[0].get<std::string>(), kv[1].get<std::string>());
+    }
+  }
   if (!r.ok()) return respond(error_response(400, r.error()));
+  if (auto ok = model::check_submission(submission); !ok) return respond(error_response(400, ok.error().message()));
   auto parsed = model::parse_job_spec_detailed(spec_text);
   if (!parsed.problems.empty()) {
     Json problems = Json::array();
@@ -160,7 +173,7 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     }
     return respond(json_response(200, j));
   }
-  auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now);
+  auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now, std::move(submission));
   if (!submitted) return respond(error_response(400, submitted.error().message()));
   model::JobId id = submitted->id;
   committer_.enqueue(std::move(submitted->change), [respond, id](const Result<void>& ok) {

@@ -59,7 +59,7 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
     }
   }
   std::string reason = r.reason;
-  std::string detail;
+  std::string detail = r.detail;
   if (view.pending && r.state == model::JobState::Pending) {
     reason = std::string(sched::to_string(view.pending->code));
     detail = view.pending->detail;

@@ -113,6 +113,20 @@ Result<std::vector<Fence>> fences_from_json(std::string_view text) {
   });
 }
 
+std::string env_to_json(const model::EnvList& env) {
+  json doc = json::array();
+  for (const auto& [k, v] : env) doc.push_back(json::array({k, v}));
+  return dump(doc);
+}
+
+Result<model::EnvList> env_from_json(std::string_view text) {
+  return decode<model::EnvList>(text, "environment", json::value_t::array, [](const json& doc) {
+    model::EnvList out;
+    for (const auto& kv : doc) out.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+    return out;
+  });
+}
+
 std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
   auto optional_int = [](const std::optional<int>& v) { return v ? json(*v) : json(nullptr); };
   json doc = json::array();

@@ -24,6 +24,10 @@ std::string gpus_to_json(const std::vector<model::Gpu>& gpus);
 std::string fences_to_json(const std::vector<Fence>& fences);
 [[nodiscard]] Result<std::vector<Fence>> fences_from_json(std::string_view text);
 
+// Environment variables as a list of [name, value] pairs.
+std::string env_to_json(const model::EnvList& env);
+[[nodiscard]] Result<model::EnvList> env_from_json(std::string_view text);
+
 // A list of RankRecord; an absent exit code or signal is stored as null.
 std::string ranks_to_json(const std::vector<RankRecord>& ranks);
 [[nodiscard]] Result<std::vector<RankRecord>> ranks_from_json(std::string_view text);

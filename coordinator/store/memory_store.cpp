@@ -46,8 +46,11 @@ Result<void> MemoryStore::apply(const InsertJob& m) {
 Result<void> MemoryStore::apply(const UpdateJob& m) {
   if (m.job.id <= 0) return std::unexpected(job_not_found_error(m.job.id, "update"));
   if (auto ok = check_job_record(m.job); !ok) return ok;
-  if (!jobs_.contains(m.job.id)) return std::unexpected(job_not_found_error(m.job.id, "update"));
-  put_job(m.job);
+  auto it = jobs_.find(m.job.id);
+  if (it == jobs_.end()) return std::unexpected(job_not_found_error(m.job.id, "update"));
+  JobRecord job = m.job;
+  job.submission = it->second.submission;  // written once, at insert
+  put_job(std::move(job));
   return hold_resources(m.job);
 }
 

@@ -88,10 +88,23 @@ ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN fences TEXT NOT NULL DEFAULT '[]';
 )sql";
 
+// Version 4: why a job ended, in words; and where each job was submitted from and the
+// environment exported with it, written once at submission (a table of its own: the jobs
+// row is rewritten on every rank report, and an environment may be 128 KiB).
+constexpr std::string_view kMigration4 = R"sql(
+ALTER TABLE jobs ADD COLUMN detail TEXT NOT NULL DEFAULT '';
+CREATE TABLE job_submissions (
+  job_id INTEGER PRIMARY KEY REFERENCES jobs (id),
+  dir    TEXT    NOT NULL,
+  env    TEXT    NOT NULL
+) STRICT;
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
     {2, kMigration2},
     {3, kMigration3},
+    {4, kMigration4},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

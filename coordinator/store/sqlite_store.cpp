@@ -13,18 +13,20 @@ namespace corral::store {
 
 namespace {
 
-// Column order of every job SELECT and of the ?1..?18 parameters of INSERT and UPDATE.
+// Column order of every job SELECT and of the ?1..?19 parameters of INSERT and UPDATE.
 constexpr std::string_view kSelectJob =
     "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
-    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences FROM jobs ";
+    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences, detail, s.dir, s.env "
+    "FROM jobs LEFT JOIN job_submissions s ON s.job_id = jobs.id ";
+constexpr std::string_view kInsertSubmission = "INSERT INTO job_submissions (job_id, dir, env) VALUES (?1, ?2, ?3)";
 constexpr std::string_view kInsertJob =
     "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
-    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
+    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences, detail) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
 constexpr std::string_view kUpdateJob =
     "UPDATE jobs SET user = ?2, name = ?3, spec_yaml = ?4, state = ?5, reason = ?6, attempt = ?7, "
     "submitted_at = ?8, started_at = ?9, ended_at = ?10, allocation = ?11, nccl_id = ?12, failed_rank = ?13, "
-    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17, fences = ?18 WHERE id = ?1";
+    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17, fences = ?18, detail = ?19 WHERE id = ?1";
 constexpr std::string_view kUpsertNode =
     "INSERT INTO nodes (name, address, state, reason, simulated, port_first, port_last, gpus) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -91,7 +93,8 @@ void bind_job(SqliteStatement& stmt, const JobRecord& job) {
       .bind(15, optional_int(job.exit_code))
       .bind(16, ranks_to_json(job.ranks))
       .bind(17, job.outcome ? std::string(model::to_string(*job.outcome)) : std::string())
-      .bind(18, fences_to_json(job.fences));
+      .bind(18, fences_to_json(job.fences))
+      .bind(19, job.detail);
 }
 
 // Values we wrote ourselves; a mismatch means the file was damaged or edited by hand.
@@ -135,6 +138,13 @@ Result<JobRecord> read_job(const SqliteStatement& stmt) {
   auto fences = fences_from_json(stmt.text(17));
   if (!fences) return make_error(ErrorCode::Internal, context(fences.error().message()));
   job.fences = std::move(*fences);
+  job.detail = stmt.text(18);
+  if (auto dir = stmt.optional_text(19)) job.submission.dir = *dir;
+  if (auto env = stmt.optional_text(20)) {
+    auto parsed = env_from_json(*env);
+    if (!parsed) return make_error(ErrorCode::Internal, context(parsed.error().message()));
+    job.submission.env = std::move(*parsed);
+  }
   return job;
 }
 
@@ -283,6 +293,14 @@ Result<void> SqliteStore::apply(const InsertJob& m) {
       return std::unexpected(job_exists_error(job.id));
     }
     return std::unexpected(ok.error().with_context("insert job " + std::to_string(job.id)));
+  }
+  if (!job.submission.dir.empty() || !job.submission.env.empty()) {
+    auto sub = db_->prepare(kInsertSubmission);
+    if (!sub) return std::unexpected(sub.error());
+    (*sub)->bind(1, job.id).bind(2, job.submission.dir).bind(3, env_to_json(job.submission.env));
+    if (auto ok = (*sub)->run(); !ok) {
+      return std::unexpected(ok.error().with_context("insert job " + std::to_string(job.id)));
+    }
   }
   return hold_resources(job);
 }

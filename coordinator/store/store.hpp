@@ -69,6 +69,7 @@ struct JobRecord {
   std::string spec_yaml;                      // the spec as submitted
   model::JobState state = model::JobState::Pending;
   std::string reason;                         // pending reason, or why it ended
+  std::string detail;                         // why it ended, in words ("cannot start as user ...")
   int attempt = 0;
   TimePoint submitted_at{};
   std::optional<TimePoint> started_at;
@@ -84,6 +85,9 @@ struct JobRecord {
   // state, or PENDING for a requeue with attempt + 1).
   std::optional<model::JobState> outcome;
   std::vector<Fence> fences;                  // held whatever the state; see Fence
+  // Where it was submitted from and the environment exported with it: written by
+  // InsertJob only (UpdateJob keeps what was inserted, whatever its record says).
+  model::Submission submission;
 
   bool fenced() const { return !fences.empty(); }
 

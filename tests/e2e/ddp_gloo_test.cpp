@@ -4,8 +4,16 @@
 // Debian's python3-torch; skips with the reason without it.
 
 #include <sstream>
+#include <filesystem>
+#include <map>
+#include <set>
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/model/job_spec_yaml.hpp"
 #include "tests/e2e/netns_cluster.hpp"
@@ -147,12 +155,121 @@ TEST_F(DdpGloo, WithGlooOnLoopbackTheSameJobCannotFormItsGroupAcrossHosts) {
   ASSERT_EQ(submitted, 0) << out;
   std::string id = std::to_string(parse(out)["id"].get<model::JobId>());
   auto [waited, end] = cli({"wait", id, "--timeout", "60", "--json"});
-  EXPECT_EQ(waited, 1) << end;
   EXPECT_EQ(parse(end)["state"], "FAILED") << end;
+  EXPECT_EQ(waited, parse(end)["exit_code"]) << end;  // the failing rank's own, as srun
   std::string logs;
   for (int r = 0; r < 4; ++r) logs += cli({"logs", id, "--rank", std::to_string(r)}).second;
   EXPECT_NE(logs.find("connect [127.0.0.1]"), std::string::npos) << logs;
   EXPECT_NE(logs.find("Connection refused"), std::string::npos) << logs;
+}
+
+// A rank's view as rank_view.py wrote it, by rank.
+std::map<int, Json> rank_views(const std::string& dir, const std::string& tag) {
+  std::map<int, Json> out;
+  for (int r = 0; r < 4; ++r) {
+    std::ifstream in(dir + "/" + tag + "-rank-" + std::to_string(r) + ".json");
+    if (!in) continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    out[r] = Json::parse(text.str(), nullptr, false);
+  }
+  return out;
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Debian's real torchrun, 2 nodes x 2 processes (two torchrun on loopback), beside the same
+// script through corral on two hosts: every variable torchrun gives its workers is there,
+// with the same value wherever the two must agree, and torch.distributed sees the same
+// ranks. Also sbatch's habits: the rank starts in the directory `corral submit` ran in,
+// with the submitting shell's variables, never the token.
+TEST_F(DdpGloo, ARankSeesWhatTorchrunWouldGiveItAndTheSubmittingShellsEnvironment) {
+  const std::string script = std::string(CORRAL_SOURCE_DIR) + "/tests/e2e/data/rank_view.py";
+  const std::string out = dir_.path().string();
+  // torchrun, as its users start it on two nodes (Python 3.11 needs --redirects/--tee).
+  std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<testing::Child>> nodes;
+  for (int n = 0; n < 2; ++n) {
+    auto c = std::make_unique<testing::Child>();
+    ASSERT_TRUE(c->start({"/usr/bin/torchrun", "--nnodes", "2", "--nproc_per_node", "2", "--node_rank",
+                          std::to_string(n), "--master_addr", "127.0.0.1", "--master_port", port, "--redirects",
+                          "9:0", "--tee", "9:0", script, out, "torchrun"}));
+    nodes.push_back(std::move(c));
+  }
+  for (auto& c : nodes) {
+    int status = c->wait();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "torchrun failed:\n" << c->read_stdout();
+  }
+  // corral, from a shell in another directory with a variable of its own.
+  std::string from = dir_.file("submitted-from");
+  std::filesystem::create_directories(from);
+  std::string file = dir_.file("rank-view.yaml");
+  std::ofstream(file) << "name: rank-view\ncommand: /usr/bin/python3 " << script << " " << out << " corral\n"
+                      << "resources: {nodes: 2, gpus_per_node: 2}\ntime_limit: 5m\n";
+  auto [submitted, text] = testing::run(
+      {"/bin/sh", "-c", "cd '" + from + "' && exec " CORRAL_CLI_BIN " submit --json " + file},
+      {"CORRAL_URL=" + coord_->url(), "CORRAL_TOKEN=" + coord_->token(), "CORRAL_CA=" + coord_->ca(),
+       "E2E_FROM_THE_SHELL=yes"});
+  ASSERT_EQ(submitted, 0) << text;
+  std::string id = std::to_string(parse(text)["id"].get<model::JobId>());
+  auto [waited, end] = cli({"wait", id, "--timeout", "120", "--json"});
+  ASSERT_EQ(waited, 0) << end;
+
+  auto torchrun = rank_views(out, "torchrun");
+  auto corral = rank_views(out, "corral");
+  ASSERT_EQ(torchrun.size(), 4u);
+  ASSERT_EQ(corral.size(), 4u);
+  // What torchrun set: what its workers have that this test's own environment has not.
+  std::set<std::string> inherited;
+  for (char** e = ::environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    inherited.insert(kv.substr(0, kv.find('=')));
+  }
+  // Not the same by nature: where the store is, the run's id, whose store it is, and a
+  // file for torchrun's own error records (corral records each rank's end itself).
+  const std::set<std::string> differ = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                                        "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE"};
+  std::set<std::string> compared;
+  for (int r = 0; r < 4; ++r) {
+    const Json& t = torchrun[r];
+    const Json& c = corral[r];
+    EXPECT_EQ(t["rank"], r);
+    EXPECT_EQ(c["rank"], r);
+    EXPECT_EQ(c["world_size"], t["world_size"]);
+    for (const auto& [name, value] : t["env"].items()) {
+      if (inherited.contains(name)) continue;
+      if (name == "TORCHELASTIC_ERROR_FILE") continue;
+      ASSERT_TRUE(c["env"].contains(name)) << "torchrun sets " << name << "=" << value << "; corral does not";
+      if (!differ.contains(name)) {
+        EXPECT_EQ(c["env"][name], value) << name << " of rank " << r;
+        compared.insert(name);
+      }
+    }
+    EXPECT_EQ(c["env"]["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(c["env"]["CUDA_VISIBLE_DEVICES"], "0,1");  // the node's GPUs, LOCAL_RANK indexes them
+    EXPECT_EQ(c["env"]["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    // sbatch's habits: where it was submitted, the shell's variables, never the token.
+    EXPECT_EQ(c["cwd"], from);
+    EXPECT_EQ(c["env"]["E2E_FROM_THE_SHELL"], "yes");
+    EXPECT_EQ(c["env"]["PATH"], std::getenv("PATH"));
+    EXPECT_FALSE(c["env"].contains("CORRAL_TOKEN"));
+    EXPECT_FALSE(c["env"].contains("CORRAL_URL"));
+  }
+  for (const char* must : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                           "ROLE_NAME", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
+                           "TORCHELASTIC_MAX_RESTARTS"}) {
+    EXPECT_TRUE(compared.contains(must)) << must << " was not compared: torchrun did not set it?";
+  }
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ TEST_F(AgentClusterTest, ATwoNodeTcpCheckCompletesAndEveryRankSawTheRightEnviron
     EXPECT_EQ(line["node_rank"], r / 2);
     EXPECT_EQ(line["local_rank"], r % 2);
     EXPECT_EQ(line["sum"], 1 + 2 + 3 + 4);  // each rank adds RANK + 1: the all-reduce really ran
-    EXPECT_EQ(line["cuda_visible_devices"], std::to_string(r % 2));
+    EXPECT_EQ(line["cuda_visible_devices"], "0,1");  // the node's GPUs; LOCAL_RANK indexes them
     ranks.insert(line["rank"].get<int>());
     EXPECT_EQ(j["ranks"][r]["state"], "EXITED");
   }
@@ -162,8 +162,47 @@ TEST_F(AgentClusterTest, TheJobsEnvironmentAndWorkdirReachEveryRank) {
   Json j = wait_end(id);
   ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
   std::string master = "127.0.0.1:" + std::to_string(j["master_port"].get<int>());
-  EXPECT_EQ(log(id, 3), "R=3 L=1 W=4 LW=2 N=1 G=1 M=" + master + " C=1 O=1 J=" + std::to_string(id) +
+  EXPECT_EQ(log(id, 3), "R=3 L=1 W=4 LW=2 N=1 G=1 M=" + master + " C=0,1 O=1 J=" + std::to_string(id) +
                             " X=hello D=" + dir_.path().string() + "\n");
+  // launch.gpu_visibility: rank shows each rank only its own GPU.
+  id = submit(two_node("\"echo C=$CUDA_VISIBLE_DEVICES\"", "launch: {gpu_visibility: rank}\n"));
+  ASSERT_EQ(wait_end(id)["state"], "COMPLETED");
+  EXPECT_EQ(log(id, 3), "C=1\n");
+}
+
+TEST_F(AgentClusterTest, WhatCannotStartEndsTheJobLaunchFailedNamingTheNodeUserAndPath) {
+  const std::string user = current_user();
+  model::JobId id = submit(two_node("[true]", "workdir: /nonexistent/corral-dir\n"));
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "FAILED") << j.dump(2);
+  EXPECT_EQ(j["reason"], "LaunchFailed");
+  EXPECT_FALSE(j["failed_node"].get<std::string>().empty());
+  EXPECT_NE(j["detail"].get<std::string>().find("cannot start as user " + user +
+                                                 ": workdir /nonexistent/corral-dir: No such file or directory"),
+            std::string::npos)
+      << j.dump(2);
+  // A shell command whose program is nowhere on the rank's PATH: found before anything runs.
+  id = submit(two_node("\"trian.py --lr 3\""));
+  j = wait_end(id);
+  EXPECT_EQ(j["reason"], "LaunchFailed") << j.dump(2);
+  EXPECT_NE(j["detail"].get<std::string>().find("command not found: trian.py (PATH=/usr/local/bin:/usr/bin:/bin)"),
+            std::string::npos)
+      << j.dump(2);
+  // Submitted from a directory, with an environment: the ranks start there, with it.
+  auto r = call("POST", "/v1/jobs",
+                Json{{"spec", two_node("\"echo $(pwd) $FROM_SHELL\"")},
+                     {"submit_dir", dir_.path().string()},
+                     {"environment", Json::array({Json::array({"FROM_SHELL", "yes"})})}}
+                    .dump());
+  ASSERT_EQ(r.status, 201) << r.body;
+  id = Json::parse(r.body)["id"].get<model::JobId>();
+  ASSERT_EQ(wait_end(id)["state"], "COMPLETED");
+  EXPECT_EQ(log(id, 2), dir_.path().string() + " yes\n");
+  // What may not travel is refused, naming it, and nothing is submitted.
+  r = call("POST", "/v1/jobs",
+           Json{{"spec", two_node("[true]")}, {"environment", Json::array({Json::array({"RANK", "9"})})}}.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("environment[0]: variable RANK cannot travel"), std::string::npos) << r.body;
 }
 
 TEST_F(AgentClusterTest, AFailingRankTakesTheGangDownWithNoProcessLeft) {

@@ -165,7 +165,7 @@ std::vector<std::size_t> sizes_up_to(std::size_t max_bytes) {
 GpuResult<int> pick_device(const RankEnv& env) {
   auto count = gpu::count_visible_devices();
   if (!count) return std::unexpected(count.error());
-  // One GPU per rank (corral's default): it is device 0 whatever LOCAL_RANK says. Several:
+  // One GPU visible (gpu_visibility: rank): it is device 0 whatever LOCAL_RANK says. Several:
   // the torchrun habit of indexing them with LOCAL_RANK.
   if (*count == 1) return 0;
   if (env.local_rank >= *count) {

@@ -56,12 +56,48 @@ TEST(Launcher, ABadWorkdirOrCommandIsAnErrorWithTheReason) {
   spec.log_path = dir.file("rank.log");
   auto r = spawn(spec);
   ASSERT_FALSE(r.has_value());
-  EXPECT_EQ(r.error().message(), "chdir /nonexistent/dir: No such file or directory");
+  EXPECT_EQ(r.error().message(), "workdir /nonexistent/dir: No such file or directory");
   spec.workdir.clear();
   spec.argv = {"no-such-program-corral"};
   r = spawn(spec);
   ASSERT_FALSE(r.has_value());
-  EXPECT_EQ(r.error().message(), "exec no-such-program-corral: No such file or directory");
+  EXPECT_EQ(r.error().message(), "command not found: no-such-program-corral (PATH=/usr/bin:/bin)");
+  // A shell command's first program is looked for too: sh alone would only exit 127.
+  spec.argv = {"/bin/sh", "-c", "no-such-program-corral --flag && echo hi"};
+  spec.require_program = shell_program(spec.argv[2]);
+  r = spawn(spec);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().message(), "command not found: no-such-program-corral (PATH=/usr/bin:/bin)");
+}
+
+TEST(Launcher, ProgramsAreLookedUpOnTheJobsPathNotTheAgents) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "bin");
+  std::string tool = (dir.path() / "bin" / "corral-only-here").string();
+  std::ofstream(tool) << "#!/bin/sh\necho found $1\n";
+  std::filesystem::permissions(tool, std::filesystem::perms::owner_all);
+  ProcessSpec spec;
+  spec.argv = {"corral-only-here", "me"};
+  spec.envp = {"PATH=" + (dir.path() / "bin").string() + ":/usr/bin:/bin"};
+  spec.log_path = dir.file("rank.log");
+  auto pid = spawn(spec);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message();
+  EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
+  EXPECT_EQ(slurp(spec.log_path), "found me\n");
+}
+
+TEST(Launcher, AShellCommandsProgramIsItsFirstPlainWord) {
+  EXPECT_EQ(shell_program("python3 train.py --lr 0.1"), "python3");
+  EXPECT_EQ(shell_program("  ./run.sh&& echo done"), "./run.sh");
+  EXPECT_EQ(shell_program("/usr/bin/env python3"), "/usr/bin/env");
+  // Nothing to look up when the shell decides what runs.
+  EXPECT_EQ(shell_program("cd src && python3 x.py"), "");
+  EXPECT_EQ(shell_program("FOO=1 python3 x.py"), "");
+  EXPECT_EQ(shell_program("$PYTHON x.py"), "");
+  EXPECT_EQ(shell_program("\"my prog\" x"), "");
+  EXPECT_EQ(shell_program("if true; then echo; fi"), "");
+  EXPECT_EQ(shell_program("(sleep 1)"), "");
+  EXPECT_EQ(shell_program("   "), "");
 }
 
 TEST(Launcher, SignalsReachTheWholeGroup) {

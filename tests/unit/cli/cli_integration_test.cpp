@@ -194,11 +194,11 @@ TEST_F(CliIntegrationTest, WaitOnACompletedJobExits0) {
   EXPECT_EQ(r.out, "Job 7 COMPLETED\n");
 }
 
-TEST_F(CliIntegrationTest, WaitOnAFailedJobExits1) {
+TEST_F(CliIntegrationTest, WaitOnAFailedJobExitsWithItsExitCode) {
   coordinator_.on("GET /v1/jobs/8", 200, R"({"id": 8, "state": "FAILED", "reason": "RankFailed",
                                               "failed_rank": 1, "failed_node": "gpu-b", "exit_code": 3})");
   auto r = corral({"wait", "8"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);  // rank 1's, as srun passes it on
   EXPECT_EQ(r.out, "Job 8 FAILED (RankFailed): rank 1 on gpu-b, exit code 3\n");
 }
 

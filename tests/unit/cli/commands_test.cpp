@@ -6,8 +6,10 @@
 #include <deque>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/app.hpp"
 #include "cli/exit_codes.hpp"
@@ -93,9 +95,32 @@ TEST_F(CommandsTest, SubmitSendsTheSpecAndPrintsTheId) {
   ASSERT_EQ(api_.calls.size(), 1u);
   EXPECT_EQ(api_.calls[0].method, "POST");
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs");
-  EXPECT_EQ(
-      api_.calls[0].body,
-      R"({"dry_run":false,"file":"job.yaml","spec":"name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n"})");
+  EXPECT_EQ(api_.calls[0].body,
+            R"({"dry_run":false,"environment":[],"file":"job.yaml","spec":"name: t\ncommand: c\nresources:\n  )"
+            R"(gpus_per_node: 1\n"})");
+}
+
+TEST_F(CommandsTest, SubmitTakesTheShellsDirectoryAndEnvironmentAsSbatchDoes) {
+  std::string path = write_spec(std::string(kValidSpec));
+  const model::EnvList environ = {{"VIRTUAL_ENV", "/venv"}, {"CORRAL_TOKEN", "secret"}, {"HF_HOME", "/hf"}};
+  for (int i = 0; i < 3; ++i) api_.answer(201, R"({"id": 42})");
+  auto c = ctx();
+  SubmitOptions all{path, false, false, std::nullopt, "/home/alice/run", environ};
+  EXPECT_EQ(run_submit(c, all), kExitOk);
+  auto body = nlohmann::json::parse(api_.calls[0].body);
+  EXPECT_EQ(body["submit_dir"], "/home/alice/run");
+  EXPECT_EQ(body["environment"].dump(), R"([["HF_HOME","/hf"],["VIRTUAL_ENV","/venv"]])");  // never the token
+  SubmitOptions some = all;
+  some.export_env = "HF_HOME";
+  EXPECT_EQ(run_submit(c, some), kExitOk);
+  EXPECT_EQ(nlohmann::json::parse(api_.calls[1].body)["environment"].dump(), R"([["HF_HOME","/hf"]])");
+  some.export_env = "NONE";
+  EXPECT_EQ(run_submit(c, some), kExitOk);
+  EXPECT_EQ(nlohmann::json::parse(api_.calls[2].body)["environment"].dump(), "[]");
+  some.export_env = "A B";
+  EXPECT_EQ(run_submit(c, some), kExitUsage);
+  EXPECT_EQ(api_.calls.size(), 3u);  // nothing sent
+  EXPECT_TRUE(err_.str().starts_with("corral: --export: must be ALL, NONE or variable names")) << err_.str();
 }
 
 TEST_F(CommandsTest, SubmitJsonPrintsTheCoordinatorsAnswer) {
@@ -241,13 +266,22 @@ TEST_F(CommandsTest, WaitDoesNotPauseAfterARequestHeldItsFullTime) {
   EXPECT_EQ(api_.calls.size(), 2u);
 }
 
-TEST_F(CommandsTest, WaitExits1OnAnyOtherEndState) {
-  for (std::string_view state : {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}) {
-    api_.answer(200, job_json(5, state, R"(, "reason": "X")"));
+TEST_F(CommandsTest, WaitExitsWithTheJobsOwnCodeOrOneNamingHowItEnded) {
+  // As srun: a failed job's exit code; TIMEOUT and CANCELLED their own; anything else 1.
+  const std::vector<std::tuple<std::string_view, std::string, int>> cases = {
+      {"FAILED", R"(, "reason": "X", "exit_code": 7)", 7},
+      {"FAILED", R"(, "reason": "X", "exit_code": 0)", kExitFailed},  // no rank code to pass on
+      {"FAILED", R"(, "reason": "X")", kExitFailed},
+      {"CANCELLED", R"(, "reason": "X")", kExitJobCancelled},
+      {"TIMEOUT", R"(, "reason": "X")", kExitJobTimeout},
+      {"NODE_FAIL", R"(, "reason": "X", "exit_code": 9)", kExitFailed},
+  };
+  for (const auto& [state, extra, code] : cases) {
+    api_.answer(200, job_json(5, state, extra));
     auto c = ctx();
-    EXPECT_EQ(run_wait(c, {.job = 5}), kExitFailed) << state;
+    EXPECT_EQ(run_wait(c, {.job = 5}), code) << state << extra;
   }
-  EXPECT_EQ(out_.str(), "Job 5 FAILED (X)\nJob 5 CANCELLED (X)\nJob 5 TIMEOUT (X)\nJob 5 NODE_FAIL (X)\n");
+  EXPECT_NE(kExitJobTimeout, kExitJobCancelled);
 }
 
 TEST_F(CommandsTest, WaitGivesUpAtItsTimeout) {

@@ -78,7 +78,7 @@ std::vector<BadSpec> bad_specs() {
        "job.yaml:1:1: names: unknown field; did you mean \"name\"?\n"
        "job.yaml:1:1: name: required field is missing"},
       {"UnknownTopLevelField", valid_plus("colour: red\n"),
-       "job.yaml:5:1: colour: unknown field; expected one of name, command, workdir, env, resources, launch, "
+       "job.yaml:5:1: colour: unknown field; expected one of name, command, workdir, env, export, resources, launch, "
        "time_limit, priority, retries"},
       {"DuplicateTopLevelField", valid_plus("name: u\n"),
        "job.yaml:5:1: name: duplicate key; first set on line 1"},
@@ -269,7 +269,7 @@ std::vector<BadSpec> bad_specs() {
 
       // launch
       {"LaunchIsAString", valid_plus("launch: torchrun\n"),
-       "job.yaml:5:9: launch: must be a map with mode or procs_per_node, got \"torchrun\""},
+       "job.yaml:5:9: launch: must be a map with mode, procs_per_node or gpu_visibility, got \"torchrun\""},
       {"LaunchModeUnknown", valid_plus("launch: {mode: mpi}\n"),
        "job.yaml:5:16: launch.mode: must be torch or nccl, got \"mpi\""},
       {"LaunchMisspelledMode", valid_plus("launch: {mod: nccl}\n"),

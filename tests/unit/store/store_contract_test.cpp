@@ -83,6 +83,7 @@ JobRecord every_field(model::JobId id) {
   job.spec_yaml = "name: x\nresources:\n  gpus: 8\ncommand: ['python', \"train.py\"]\n";
   job.state = JobState::Failed;
   job.reason = "rank 3 exited with 137";
+  job.detail = "rank 3 on gpu-b killed by signal 9 (Killed)";
   job.attempt = 2;
   job.submitted_at = at(1'712'345'678'901);
   job.started_at = at(1'712'345'679'000);
@@ -98,6 +99,7 @@ JobRecord every_field(model::JobId id) {
       {2, "gpu-b", 0, {7}, {"GPU-b7"}, 0, model::RankState::Pending, std::nullopt, std::nullopt},
       {3, "gpu-b", 1, {}, {}, 977, model::RankState::Exited, 137, 9},
   };
+  job.submission = {"/home/grace/run", {{"HF_HOME", "/data/hf"}, {"PATH", "/venv/bin:/usr/bin"}, {"Q", "a\"b\n"}}};
   return job;
 }
 
@@ -235,15 +237,19 @@ TYPED_TEST(StoreContract, TimestampsKeepMillisecondsIncludingBeforeTheEpoch) {
   EXPECT_EQ(this->read(3), job);
 }
 
-TYPED_TEST(StoreContract, UpdateReplacesEveryField) {
-  this->insert(pending(5));
+TYPED_TEST(StoreContract, UpdateReplacesEveryFieldButWhereAndWithWhatItWasSubmitted) {
+  JobRecord submitted = pending(5);
+  submitted.submission = {"/srv/a", {{"A", "1"}}};
+  this->insert(submitted);
   JobRecord changed = every_field(5);
   changed.state = JobState::Running;
   this->update(changed);
+  changed.submission = submitted.submission;  // written once, at insert
   EXPECT_EQ(this->read(5), changed);
   JobRecord requeued = pending(5);
   requeued.attempt = 3;
   this->update(requeued);
+  requeued.submission = submitted.submission;
   EXPECT_EQ(this->read(5), requeued);
 }
 
