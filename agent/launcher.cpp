@@ -166,7 +166,15 @@ Result<pid_t> spawn(const ProcessSpec& spec) {
     if (std::none_of(candidates.begin(), candidates.end(), executable_file)) child_fail_with(report[1], not_found);
     if (spec.require_program.empty()) {
       for (const auto& file : candidates) {
-        if (executable_file(file)) ::execve(file.c_str(), argv.data(), envp.data());
+        if (!executable_file(file)) continue;
+        ::execve(file.c_str(), argv.data(), envp.data());
+        if (errno == ENOEXEC) {
+          // A script without a #! line: as execvp does, /bin/sh runs it.
+          std::vector<char*> sh{const_cast<char*>("/bin/sh"), const_cast<char*>(file.c_str())};
+          sh.insert(sh.end(), argv.begin() + 1, argv.end());
+          ::execve("/bin/sh", sh.data(), envp.data());
+        }
+        break;
       }
     } else {
       ::execve(argv[0], argv.data(), envp.data());  // the shell, by its path

@@ -4,7 +4,7 @@
 For corral: from `corral submit` returning to every rank having started (rank command:
 bench/stamp, which writes the time it got to run), and, for a PyTorch job, to every rank
 past init_process_group(backend='gloo', init_method='env://') (bench/ddp_stamp.py).
-Beside it, in the same run: torchrun (static and c10d rendezvous; two torchrun
+Beside it, in the same run and in turns (one run of each, then again): torchrun (static and c10d rendezvous; two torchrun
 processes, one per node, --nproc_per_node 2) and the four processes started bare with
 the env:// variables, each from launch to the last rank past init_process_group.
 The cluster is a coordinator and two agents on this machine: on 127.0.0.1, or with
@@ -139,46 +139,46 @@ def main():
     stamp = os.path.join(a.build, "bench", "stamp")
     torch = not a.no_torch and has_torch()
     results = {}
+    load_before = os.getloadavg()
     with LocalCluster(a.build, agents=2, sim="a100x8.yaml", netns=a.netns) as c:
-        for name, command in [("corral: every rank started", [stamp]),
-                              ("corral: PyTorch, every rank past init_process_group",
-                               [PY, os.path.join(HERE, "ddp_stamp.py")])]:
-            if "PyTorch" in name and not torch:
-                continue
-            lat, cmd = [], []
-            for _ in range(a.runs):
-                scratch = tempfile.mkdtemp(prefix="corral-latency-")
-                try:
-                    latency, submit = corral_run(c, cli, command + [scratch], scratch)
-                finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
-                lat.append(latency)
-                cmd.append(submit)
-            results[name] = lat
-            results[name + " (the `corral submit` command itself)"] = cmd
+        def corral_variant(name, command):
+            def run(scratch, _port):
+                latency, submit = corral_run(c, cli, command + [scratch], scratch)
+                results.setdefault(name + " (the `corral submit` command itself)", []).append(submit)
+                return latency
+            return name, run
+
+        variants = [corral_variant("corral: every rank started", [stamp])]
         if torch:
             hosts = Hosts(c)
-            rows = [("bare: 4 processes with the env:// variables", lambda s, p: bare_run(hosts, s, p)),
-                    ("torchrun, static rendezvous", lambda s, p: torchrun_run(hosts, s, p, "static"))]
+            variants.append(corral_variant("corral: PyTorch, every rank past init_process_group",
+                                           [PY, os.path.join(HERE, "ddp_stamp.py")]))
+            variants.append(("bare: 4 processes with the env:// variables", lambda s, p: bare_run(hosts, s, p)))
+            variants.append(("torchrun, static rendezvous", lambda s, p: torchrun_run(hosts, s, p, "static")))
             # torchrun 1.13's c10d rendezvous picks the torchrun that hosts its store by
             # the endpoint matching its hostname, which resolves to 127.0.0.1 in these
             # namespaces: neither does, and it hangs. So it runs on 127.0.0.1 only.
             if not c.lab:
-                rows.append(("torchrun, c10d rendezvous", lambda s, p: torchrun_run(hosts, s, p, "c10d")))
-            for name, fn in rows:
-                values = []
-                for i in range(a.runs):
-                    scratch = tempfile.mkdtemp(prefix="corral-latency-")
-                    try:
-                        values.append(fn(scratch, 29900 + i))
-                    finally:
-                        shutil.rmtree(scratch, ignore_errors=True)
-                results[name] = values
+                variants.append(("torchrun, c10d rendezvous", lambda s, p: torchrun_run(hosts, s, p, "c10d")))
+        # In turns (A B C A B C ...), so every variant sees the same noise.
+        for i in range(a.runs):
+            for name, fn in variants:
+                scratch = tempfile.mkdtemp(prefix="corral-latency-")
+                try:
+                    results.setdefault(name, []).append(fn(scratch, 29900 + i))
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+    load_after = os.getloadavg()
     where = "2 hosts (network namespaces)" if a.netns else "2 nodes on 127.0.0.1"
-    print(f"| launch, 2 × 2 ranks, {where} | runs | median | p90 | |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    bare = results.get("bare: 4 processes with the env:// variables")
+    print(f"| launch, 2 × 2 ranks, {where} | runs | median | p90 | / bare |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for name, values in results.items():
-        row(name, values)
+        ratio = ""
+        if bare and ("PyTorch" in name or name.startswith(("bare", "torchrun"))):
+            ratio = f"{percentile(values, 0.5) / percentile(bare, 0.5):.2f}"
+        row(name, values, ratio)
+    print(f"\nruns taken in turns; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
     if not torch:
         print("\n(PyTorch rows skipped: /usr/bin/python3 has no torch; apt-get install python3-torch)")
     return 0

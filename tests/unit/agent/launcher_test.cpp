@@ -84,6 +84,15 @@ TEST(Launcher, ProgramsAreLookedUpOnTheJobsPathNotTheAgents) {
   ASSERT_TRUE(pid.has_value()) << pid.error().message();
   EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
   EXPECT_EQ(slurp(spec.log_path), "found me\n");
+  // A script without a #! line runs under /bin/sh, as with execvp.
+  std::string bare = (dir.path() / "bin" / "corral-bare-script").string();
+  std::ofstream(bare) << "echo bare $1\n";
+  std::filesystem::permissions(bare, std::filesystem::perms::owner_all);
+  spec.argv = {"corral-bare-script", "too"};
+  pid = spawn(spec);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message();
+  EXPECT_EQ(WEXITSTATUS(wait_status(*pid)), 0);
+  EXPECT_EQ(slurp(spec.log_path), "found me\nbare too\n");
 }
 
 TEST(Launcher, AShellCommandsProgramIsItsFirstPlainWord) {

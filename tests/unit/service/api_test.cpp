@@ -1,0 +1,132 @@
+// The coordinator service's HTTP API alone: requests handed to on_http, a MemoryStore as
+// its disk, a clock the test moves, an event loop polled by the test. No socket, no
+// process: what it answers, and what it stores, for good and bad requests.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+
+#include "common/net/pki.hpp"
+#include "coordinator/service/coordinator.hpp"
+#include "coordinator/store/memory_store.hpp"
+
+namespace corral::service {
+namespace {
+
+using Json = nlohmann::json;
+
+class FakeClock : public Clock {
+ public:
+  TimePoint now() const override { return now_; }
+  void advance(Duration d) { now_ += d; }
+
+ private:
+  TimePoint now_ = from_millis(1'800'000'000'000);
+};
+
+constexpr const char* kSpec = "name: t\ncommand: [true]\nresources: {nodes: 2, gpus_per_node: 2}\n";
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::Change users;
+    users.mutations.emplace_back(store::UpsertUser{{"alice", net::sha256_hex("alice-token"), false}});
+    users.mutations.emplace_back(store::UpsertUser{{"root", net::sha256_hex("admin-token"), true}});
+    ASSERT_TRUE(store_.commit(users).has_value());
+    coord_ = std::make_unique<Coordinator>(loop_, clock_, store_, model::CoordinatorConfig{});
+    ASSERT_TRUE(coord_->start().has_value());
+  }
+  void TearDown() override { coord_->shutdown(); }
+
+  net::HttpResponse call(const std::string& method, const std::string& target, const std::string& body = "",
+                         const std::string& token = "alice-token") {
+    net::HttpRequest r;
+    r.method = method;
+    r.target = target;
+    EXPECT_TRUE(net::parse_target(target, r.path, r.query));
+    r.body = body;
+    if (!token.empty()) r.headers["authorization"] = "Bearer " + token;
+    std::optional<net::HttpResponse> answer;
+    coord_->on_http(r, [&](net::HttpResponse a) { answer = std::move(a); });
+    // An answer that reports a change comes once it is committed: after the loop's turn.
+    for (int i = 0; i < 100 && !answer; ++i) loop_.poll();
+    EXPECT_TRUE(answer.has_value()) << method << " " << target << " was never answered";
+    return answer.value_or(net::HttpResponse{0, "", "", {}});
+  }
+
+  model::JobId stored_jobs() { return store_.load().value().max_job_id; }  // ids start at 1
+
+  net::EventLoop loop_;
+  FakeClock clock_;
+  store::MemoryStore store_;
+  std::unique_ptr<Coordinator> coord_;
+};
+
+TEST_F(ApiTest, NoOrAnUnknownTokenIs401AndChangesNothing) {
+  EXPECT_EQ(call("POST", "/v1/jobs", Json{{"spec", kSpec}}.dump(), "").status, 401);
+  EXPECT_EQ(call("POST", "/v1/jobs", Json{{"spec", kSpec}}.dump(), "nope").status, 401);
+  EXPECT_EQ(stored_jobs(), 0);
+}
+
+TEST_F(ApiTest, ASubmitIsStoredWithWhereAndWithWhatItWasSubmittedBeforeItIsAcknowledged) {
+  auto r = call("POST", "/v1/jobs",
+                Json{{"spec", kSpec},
+                     {"submit_dir", "/home/alice/run"},
+                     {"environment", Json::array({Json::array({"HF_HOME", "/data/hf"})})}}
+                    .dump());
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto id = Json::parse(r.body)["id"].get<model::JobId>();
+  auto stored = store_.job(id).value();
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->user, "alice");
+  EXPECT_EQ(stored->submission.dir, "/home/alice/run");
+  EXPECT_EQ(stored->submission.env, (model::EnvList{{"HF_HOME", "/data/hf"}}));
+  auto shown = Json::parse(call("GET", "/v1/jobs/" + std::to_string(id)).body);
+  EXPECT_EQ(shown["state"], "PENDING");  // no agent joined
+}
+
+TEST_F(ApiTest, BadRequestsNameTheFieldAndChangeNothing) {
+  struct Case {
+    std::string body;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"{", "malformed JSON"},
+      {Json{{"spec", 5}}.dump(), "spec"},
+      {Json{{"spec", "name: t\n"}}.dump(), "invalid job spec"},
+      {Json{{"spec", kSpec}, {"submit_dir", "relative"}}.dump(), "submit_dir: must be an absolute path"},
+      {Json{{"spec", kSpec}, {"environment", Json::array({"A=1"})}}.dump(),
+       "environment[0]: must be a [name, value] pair of strings"},
+      {Json{{"spec", kSpec}, {"environment", Json::array({Json::array({"CORRAL_TOKEN", "x"})})}}.dump(),
+       "environment[0]: variable CORRAL_TOKEN cannot travel"},
+  };
+  for (const auto& c : cases) {
+    auto r = call("POST", "/v1/jobs", c.body);
+    EXPECT_EQ(r.status, 400) << c.body;
+    EXPECT_NE(r.body.find(c.says), std::string::npos) << c.body << " -> " << r.body;
+  }
+  EXPECT_EQ(stored_jobs(), 0);
+}
+
+TEST_F(ApiTest, OnlyTheOwnerOrAnAdminCancelsAndTheEndSaysWhoInWords) {
+  auto r = call("POST", "/v1/jobs", Json{{"spec", kSpec}}.dump(), "admin-token");
+  ASSERT_EQ(r.status, 201);
+  std::string id = std::to_string(Json::parse(r.body)["id"].get<model::JobId>());
+  EXPECT_EQ(call("POST", "/v1/jobs/" + id + "/cancel").status, 403);  // alice's token, root's job
+  auto cancelled = call("POST", "/v1/jobs/" + id + "/cancel", "", "admin-token");
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body;
+  auto j = Json::parse(call("GET", "/v1/jobs/" + id).body);
+  EXPECT_EQ(j["state"], "CANCELLED");  // never placed: nothing to wait for
+  EXPECT_EQ(j["detail"], "cancelled by root");
+  EXPECT_EQ(store_.job(std::stoll(id)).value()->state, model::JobState::Cancelled);
+}
+
+TEST_F(ApiTest, AnUnknownJobIs404ABadIdIs400AndAWrongMethodIs405) {
+  EXPECT_EQ(call("GET", "/v1/jobs/99?wait=5").status, 404);  // answered at once, not held
+  EXPECT_EQ(call("GET", "/v1/jobs/abc").status, 400);
+  EXPECT_EQ(call("DELETE", "/v1/jobs").status, 405);
+}
+
+}  // namespace
+}  // namespace corral::service
