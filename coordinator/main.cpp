@@ -104,7 +104,12 @@ int run(const std::string& config_path, const std::string& port_file) {
   if (!port_file.empty()) {
     std::string tmp = port_file + ".tmp";
     std::ofstream(tmp) << (*server)->port() << "\n";
-    fs::rename(tmp, port_file);  // appears whole: scripts may poll for it
+    std::error_code ec;
+    fs::rename(tmp, port_file, ec);  // appears whole: scripts may poll for it
+    if (ec) {
+      fs::remove(tmp, ec);
+      return fail("cannot write --port-file " + port_file + ": " + ec.message(), 2);
+    }
   }
   spdlog::info("corral-coordinator listening on {}:{} (database {})", config->listen_host, (*server)->port(),
                config->database_path());

@@ -1,6 +1,7 @@
 #pragma once
 // Plain HTTP request/response values handed between common/net and the application.
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,7 +15,8 @@ struct HttpRequest {
   std::string target;                          // "/v1/jobs?all=1"
   std::string path;                            // "/v1/jobs", percent-decoded
   std::map<std::string, std::string> query;    // decoded
-  std::map<std::string, std::string> headers;  // lowercase names
+  std::map<std::string, std::string> headers;  // lowercase names; the last of a repeated one
+  std::vector<std::string> repeated_headers;   // each name seen again, once per repeat
   std::string body;
   std::string peer_cn;                         // CN of a client certificate the CA verified, else empty
   std::string remote;                          // "127.0.0.1:51234"
@@ -22,6 +24,11 @@ struct HttpRequest {
   std::string header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);
     return it == headers.end() ? std::string() : it->second;
+  }
+  // How many times the request carried this header.
+  std::size_t header_count(const std::string& lower_name) const {
+    if (!headers.contains(lower_name)) return 0;
+    return 1 + static_cast<std::size_t>(std::count(repeated_headers.begin(), repeated_headers.end(), lower_name));
   }
 };
 

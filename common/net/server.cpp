@@ -76,7 +76,8 @@ HttpRequest to_request(const http::request<http::string_body>& req, const std::s
   for (const auto& field : req) {
     std::string name(field.name_string());
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out.headers[name] = std::string(field.value());
+    auto [it, fresh] = out.headers.insert_or_assign(name, std::string(field.value()));
+    if (!fresh) out.repeated_headers.push_back(name);
   }
   if (!parse_target(out.target, out.path, out.query)) out.path.clear();
   return out;

@@ -1,5 +1,11 @@
 #include "common/net/tls_util.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <boost/asio/ssl.hpp>
 
 namespace corral::net {
@@ -9,6 +15,20 @@ namespace ssl = boost::asio::ssl;
 namespace {
 constexpr auto kOptions = ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                           ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use;
+
+// "cannot load CA /etc/corral/ca.pem: No such file or directory": OpenSSL says only
+// "asio.ssl error" for a file it could not open, so that case is told apart first.
+Error load_error(std::string_view what, const std::string& path, const boost::system::error_code& ec) {
+  std::string why;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = std::strerror(errno);
+  } else {
+    ::close(fd);
+    why = "not a usable PEM file (" + ec.message() + ")";
+  }
+  return Error(ErrorCode::InvalidArgument, "cannot load " + std::string(what) + " " + path + ": " + why);
+}
 }
 
 Result<std::shared_ptr<ssl::context>> make_server_tls(const std::string& ca, const std::string& cert,
@@ -17,14 +37,14 @@ Result<std::shared_ptr<ssl::context>> make_server_tls(const std::string& ca, con
   boost::system::error_code ec;
   ctx->set_options(kOptions, ec);
   if (ctx->use_certificate_chain_file(cert, ec); ec) {
-    return make_error(ErrorCode::InvalidArgument, "cannot load certificate " + cert + ": " + ec.message());
+    return std::unexpected(load_error("certificate", cert, ec));
   }
   if (ctx->use_private_key_file(key, ssl::context::pem, ec); ec) {
-    return make_error(ErrorCode::InvalidArgument, "cannot load key " + key + ": " + ec.message());
+    return std::unexpected(load_error("key", key, ec));
   }
   if (!ca.empty()) {
     if (ctx->load_verify_file(ca, ec); ec) {
-      return make_error(ErrorCode::InvalidArgument, "cannot load CA " + ca + ": " + ec.message());
+      return std::unexpected(load_error("CA", ca, ec));
     }
     // Ask for a client certificate; people's clients have none and that is fine, but a
     // certificate that does not verify fails the handshake.
@@ -43,15 +63,15 @@ Result<std::shared_ptr<ssl::context>> make_client_tls(const std::string& ca, con
   ctx->set_options(kOptions, ec);
   if (ca.empty()) return make_error(ErrorCode::InvalidArgument, "no CA file given to verify the coordinator");
   if (ctx->load_verify_file(ca, ec); ec) {
-    return make_error(ErrorCode::InvalidArgument, "cannot load CA " + ca + ": " + ec.message());
+    return std::unexpected(load_error("CA", ca, ec));
   }
   ctx->set_verify_mode(ssl::verify_peer, ec);
   if (!cert.empty()) {
     if (ctx->use_certificate_chain_file(cert, ec); ec) {
-      return make_error(ErrorCode::InvalidArgument, "cannot load certificate " + cert + ": " + ec.message());
+      return std::unexpected(load_error("certificate", cert, ec));
     }
     if (ctx->use_private_key_file(key, ssl::context::pem, ec); ec) {
-      return make_error(ErrorCode::InvalidArgument, "cannot load key " + key + ": " + ec.message());
+      return std::unexpected(load_error("key", key, ec));
     }
   }
   return ctx;

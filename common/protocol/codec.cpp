@@ -169,6 +169,12 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.version = r.i32("version", 0, 1000);
     m.node = r.str("node", kMaxName);
     m.address = r.str("address", kMaxName);
+    // MASTER_ADDR for the node's ranks and the key of its ports: an IP address or a host name.
+    if (r.ok() && (m.address.empty() || m.address.size() > 253 ||
+                   m.address.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-:") !=
+                       std::string::npos)) {
+      r.fail(r.child_path("address"), "must be an IP address or a host name");
+    }
     std::vector<int> ports = r.int_list("ports", 2, 1, 65535);
     if (r.ok() && (ports.size() != 2 || ports[0] > ports[1])) r.fail("ports", "must be [first, last] with first <= last");
     if (r.ok()) m.ports = {ports[0], ports[1]};

@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <limits>
 
 #include "common/core/strings.hpp"
 #include "common/model/job_spec_yaml.hpp"
@@ -53,9 +55,17 @@ std::vector<std::string_view> split_path(std::string_view path) {
 }  // namespace
 
 Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& request) {
+  if (request.header_count("authorization") > 1) {
+    return make_error(ErrorCode::Unauthenticated, "more than one Authorization header");
+  }
   std::string auth = request.header("authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 || auth.size() > 512) {
+  // The scheme is case-insensitive (RFC 9110, 11.1): "bearer T" is as good as "Bearer T".
+  constexpr std::string_view kBearer = "bearer ";
+  auto scheme_is_bearer = [&] {
+    return std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
+                      [](char want, char got) { return want == std::tolower(static_cast<unsigned char>(got)); });
+  };
+  if (auth.size() <= kBearer.size() || auth.size() > 512 || !scheme_is_bearer()) {
     return make_error(ErrorCode::Unauthenticated, "missing bearer token (Authorization: Bearer TOKEN)");
   }
   std::string hash = net::sha256_hex(std::string_view(auth).substr(kBearer.size()));
@@ -310,6 +320,9 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
   auto offset = number("offset", 0);
   auto max = number("max", 1 << 20);
   if (!rank || !offset || !max) return respond(error_response(400, "rank, offset and max must be non-negative integers"));
+  if (*rank > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+    return respond(error_response(400, "rank: " + std::to_string(*rank) + " is not a rank"));
+  }
   auto it = std::find_if(rec.ranks.begin(), rec.ranks.end(), [&](const auto& r) { return r.rank == static_cast<int>(*rank); });
   if (it == rec.ranks.end()) {
     return respond(error_response(404, "job " + std::to_string(id) + " has no rank " + std::to_string(*rank) +

@@ -180,7 +180,13 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
       return;
     }
     auto& current = conns_[node];
-    if (current && current != conn) current->close("replaced by a new connection");
+    if (current == conn) {
+      // One hello per connection: a second would reset what the first set up.
+      ++stats_.bad_agent_messages;
+      spdlog::warn("agent {} said hello twice on one connection: ignored", node);
+      return;
+    }
+    if (current) current->close("replaced by a new connection");
     current = conn;
     received_[node] = 0;
     if (auto ok = ledger_.agent_hello(node, std::move(*hello), clock_.now()); !ok) {

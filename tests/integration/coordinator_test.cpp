@@ -137,6 +137,31 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<net::HttpClient> http_;
 };
 
+TEST_F(CoordinatorTest, APortFileThatCannotBeWrittenIsAClearErrorNotACrash) {
+  // A second coordinator on its own port (0: any), told to write where it cannot.
+  std::string config = dir_.file("second.yaml");
+  std::ofstream(config) << "listen: 127.0.0.1:0\nstate_dir: " << dir_.file("state") << "\ndatabase: "
+                        << dir_.file("second.db") << "\n";
+  testing::Child c;
+  ASSERT_TRUE(c.start({CORRAL_COORDINATOR_BIN, "--config", config, "--port-file", "/nonexistent/corral/port"}));
+  int status = c.wait();
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  bool said = false;
+  for (const auto& line : c.lines()) said = said || line.find("cannot write --port-file /nonexistent/corral/port") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST_F(CoordinatorTest, ASecondHelloOnOneConnectionIsNotWelcomedAgain) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(a.connect());
+  a.send(hello_for("gpu-b", "10.0.0.2", 2));
+  ASSERT_TRUE(coord_.process().wait_for_line("said hello twice on one connection"));
+  // Ignored: no second Welcome (it would have gone out before that line), the link stays up.
+  EXPECT_FALSE(a.expect<protocol::Welcome>(std::chrono::milliseconds(0)).has_value());
+  EXPECT_FALSE(a.closed().has_value());
+}
+
 TEST_F(CoordinatorTest, RunsATwoNodeJobFromSubmitToCompleted) {
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -123,6 +124,17 @@ TEST_F(NetTest, RefusesAServerCertificateFromAnotherCa) {
   auto r = c->request("GET", "/");
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code(), ErrorCode::Unavailable);
+}
+
+TEST_F(NetTest, ACaThatCannotBeLoadedSaysWhy) {
+  auto missing = HttpClient::create(url_, {"/nonexistent/corral-ca.pem", "", ""}, 5s);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().message(), "cannot load CA /nonexistent/corral-ca.pem: No such file or directory");
+  std::ofstream(dir_.file("junk.pem")) << "not a certificate\n";
+  auto junk = HttpClient::create(url_, {dir_.file("junk.pem"), "", ""}, 5s);
+  ASSERT_FALSE(junk.has_value());
+  EXPECT_TRUE(junk.error().message().starts_with("cannot load CA " + dir_.file("junk.pem") + ": not a usable PEM file"))
+      << junk.error().message();
 }
 
 TEST_F(NetTest, RefusesAClientCertificateFromAnotherCa) {

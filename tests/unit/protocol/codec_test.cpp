@@ -93,6 +93,11 @@ TEST(Codec, RejectionsNameTheField) {
        "hello: ports: must be [first, last] with first <= last"},
       {R"({"type":"hello","version":1,"node":"a","address":"x","ports":[1,2],"simulated":false,"cuda":"12.4","gpus":[{"index":0}],"running":[]})",
        "hello: gpus[0].name: required field is missing"},
+      {"{\"type\":\"hello\",\"version\":1,\"node\":\"a\",\"address\":\"10.0.0.1\\u001b[2J\",\"ports\":[1,2],"
+       "\"simulated\":false,\"cuda\":\"12.4\",\"gpus\":[],\"running\":[]}",
+       "hello: address: must be an IP address or a host name"},
+      {R"({"type":"hello","version":1,"node":"a","address":"","ports":[1,2],"simulated":false,"cuda":"12.4","gpus":[],"running":[]})",
+       "hello: address: must be an IP address or a host name"},
   };
   for (const auto& c : cases) {
     auto r = decode_agent_message(c.text);

@@ -122,6 +122,33 @@ TEST_F(ApiTest, OnlyTheOwnerOrAnAdminCancelsAndTheEndSaysWhoInWords) {
   EXPECT_EQ(store_.job(std::stoll(id)).value()->state, model::JobState::Cancelled);
 }
 
+TEST_F(ApiTest, TheBearerSchemeIsCaseInsensitiveAndTwoAuthorizationHeadersAreRefused) {
+  net::HttpRequest r;
+  r.method = "GET";
+  r.target = r.path = "/v1/jobs";
+  r.headers["authorization"] = "bearer alice-token";
+  std::optional<net::HttpResponse> answer;
+  coord_->on_http(r, [&](net::HttpResponse a) { answer = std::move(a); });
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->status, 200) << answer->body;
+  r.headers["authorization"] = "BEARER alice-token";
+  coord_->on_http(r, [&](net::HttpResponse a) { answer = std::move(a); });
+  EXPECT_EQ(answer->status, 200) << answer->body;
+  r.repeated_headers = {"authorization"};  // a second one came; the map keeps the last
+  coord_->on_http(r, [&](net::HttpResponse a) { answer = std::move(a); });
+  EXPECT_EQ(answer->status, 401);
+  EXPECT_NE(answer->body.find("more than one Authorization header"), std::string::npos) << answer->body;
+}
+
+TEST_F(ApiTest, ALogsRankBeyondAnIntIsRefusedNotWrappedToRankZero) {
+  auto r = call("POST", "/v1/jobs", Json{{"spec", kSpec}}.dump());
+  ASSERT_EQ(r.status, 201);
+  std::string id = std::to_string(Json::parse(r.body)["id"].get<model::JobId>());
+  auto logs = call("GET", "/v1/jobs/" + id + "/logs?rank=4294967296");
+  EXPECT_EQ(logs.status, 400) << logs.body;
+  EXPECT_NE(logs.body.find("rank: 4294967296 is not a rank"), std::string::npos) << logs.body;
+}
+
 TEST_F(ApiTest, AnUnknownJobIs404ABadIdIs400AndAWrongMethodIs405) {
   EXPECT_EQ(call("GET", "/v1/jobs/99?wait=5").status, 404);  // answered at once, not held
   EXPECT_EQ(call("GET", "/v1/jobs/abc").status, 400);
