@@ -296,6 +296,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     msg->set(http::field::content_type, res.content_type);
     for (auto& [name, value] : res.headers) msg->set(name, value);
     msg->body() = std::move(res.body);
+    // A client refused for who it is or for what it sent does not keep its slot.
+    if (res.status == 401 || res.status == 413) keep_alive_ = false;
     msg->keep_alive(keep_alive_);
     msg->prepare_payload();
     beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
@@ -309,11 +311,13 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   }
 
   // After refusing a request whose body was not read, reads and drops what the client
-  // still sends (bounded in bytes and time) before closing, so the client finishes its
-  // write and reads the answer instead of meeting a connection reset.
+  // still sends (bounded in bytes and in time: a client that sends nothing more loses the
+  // connection after kDrainFor) before closing, so the client finishes its write and
+  // reads the answer instead of meeting a connection reset.
   void drain(std::size_t drained) {
     constexpr std::size_t kMaxDrain = 64 * 1024 * 1024;
-    if (drained == 0) beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
+    constexpr auto kDrainFor = std::chrono::seconds(2);
+    if (drained == 0) beast::get_lowest_layer(stream_).expires_after(kDrainFor);
     auto self = shared_from_this();
     auto scratch = std::make_shared<std::array<char, 16384>>();
     stream_.async_read_some(asio::buffer(*scratch), [self, scratch, drained](beast::error_code ec, std::size_t n) {

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
+#include <openssl/ssl.h>
+#include <sys/time.h>
 
 #include <fstream>
 #include <future>
@@ -26,6 +28,7 @@ class EchoHandler : public ServerHandler {
  public:
   void on_http(const HttpRequest& req, std::function<void(HttpResponse)> respond) override {
     last = req;
+    if (req.path == "/denied") return respond({401, "application/json", "{}", {}});
     if (req.path == "/later") {
       // Answer from a later turn of the loop, as group commit does.
       pending.push_back(std::move(respond));
@@ -145,6 +148,50 @@ TEST_F(NetTest, RefusesAClientCertificateFromAnotherCa) {
   auto c = client({dir_.file("ca.pem"), dir_.file("rogue.pem"), dir_.file("rogue.key")});
   EXPECT_FALSE(c->request("GET", "/").has_value());
   // And the server still serves others.
+  auto ok = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 200);
+}
+
+// Sends `request` over TLS and keeps its own side open; how long the server took to close
+// the connection (at most `limit`, then nullopt).
+std::optional<std::chrono::milliseconds> time_until_closed(int port, const std::string& request,
+                                                           std::chrono::milliseconds limit) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return std::nullopt;
+  timeval tv{static_cast<time_t>(limit.count() / 1000), static_cast<suseconds_t>(limit.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  std::optional<std::chrono::milliseconds> out;
+  if (SSL_connect(ssl) == 1 && SSL_write(ssl, request.data(), static_cast<int>(request.size())) > 0) {
+    auto start = std::chrono::steady_clock::now();
+    char buf[4096];
+    while (SSL_read(ssl, buf, sizeof(buf)) > 0) {
+    }
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (took < limit) out = took;
+  }
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ::close(fd);
+  return out;
+}
+
+TEST_F(NetTest, AConnectionRefusedWith401Or413IsClosedAtOnceNotKeptIdle) {
+  // Idle keep-alive would hold it 120 s, a read in progress 30 s.
+  auto denied = time_until_closed(server_->port(), "GET /denied HTTP/1.1\r\nHost: x\r\n\r\n", 10s);
+  ASSERT_TRUE(denied.has_value()) << "a 401 kept its connection";
+  EXPECT_LT(*denied, 1s);
+  auto oversized =
+      time_until_closed(server_->port(), "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 10s);
+  ASSERT_TRUE(oversized.has_value()) << "a 413 whose client sends nothing more kept its connection";
+  EXPECT_LT(*oversized, 4s);
   auto ok = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(ok->status, 200);
