@@ -137,11 +137,15 @@ class SpecReader {
 
   const SpecLimits& limits_;
   std::vector<SpecProblem>& problems_;
+  Position top_at_{};      // while walking the bounds: the top-level field being walked
+  std::string top_path_;
 };
 
 bool SpecReader::walk_bounds(const YAML::Node& node, int depth, const std::string& path, std::size_t& count) {
   if (++count > limits_.max_nodes_in_document) {
-    add({}, "",
+    // Named by the top-level field it happened under: inside, positions are those of the
+    // anchors the aliases repeat, not of where the expansion is.
+    add(top_at_, top_path_,
         "the document expands to more than " + std::to_string(limits_.max_nodes_in_document) +
             " YAML nodes (each use of an alias counts again)");
     return false;
@@ -159,6 +163,10 @@ bool SpecReader::walk_bounds(const YAML::Node& node, int depth, const std::strin
   } else if (node.IsMap()) {
     for (auto it = node.begin(); it != node.end(); ++it) {
       std::string child = join_path(path, it->first.IsScalar() ? path_component(it->first.Scalar()) : "?");
+      if (depth == 1) {
+        top_at_ = position_of(it->first.Mark());
+        top_path_ = child;
+      }
       if (!walk_bounds(it->first, depth + 1, child, count)) return false;
       if (!walk_bounds(it->second, depth + 1, child, count)) return false;
     }

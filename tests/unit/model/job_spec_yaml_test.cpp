@@ -100,7 +100,7 @@ std::vector<BadSpec> bad_specs() {
                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
                   "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
                   "g: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n"),
-       "job.yaml: the document expands to more than 4096 YAML nodes (each use of an alias counts again)"},
+       "job.yaml:8:1: d: the document expands to more than 4096 YAML nodes (each use of an alias counts again)"},
 
       // name
       {"NameWithASpace", "name: my job\ncommand: c\nresources: {gpus: 1}\n",
@@ -520,9 +520,10 @@ TEST(JobSpecYaml, StopsABillionLaughsDocumentWithoutExpandingIt) {
   deep.max_depth = 100;  // so that only the node count can stop it
   auto result = parse_job_spec_detailed(yaml, deep);
   ASSERT_EQ(result.problems.size(), 1u);
+  // Named by the field under which the expansion passed the limit.
   EXPECT_EQ(
       result.problems[0].format("job.yaml"),
-      "job.yaml: the document expands to more than 4096 YAML nodes (each use of an alias counts again)");
+      "job.yaml:7:1: l3: the document expands to more than 4096 YAML nodes (each use of an alias counts again)");
 }
 
 TEST(JobSpecYaml, NeverThrowsOnHostileInput) {
