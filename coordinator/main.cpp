@@ -77,8 +77,16 @@ int issue_agent_cert(const std::string& dir, const std::string& node, const std:
   net::CertSpec spec{node, {}, false, true};
   auto r = net::issue_certificate(dir + "/ca.pem", dir + "/ca.key", out + "/" + node + ".pem", out + "/" + node + ".key", spec);
   if (!r) return fail(r.error().message());
-  fs::copy_file(dir + "/ca.pem", out + "/ca.pem", fs::copy_options::overwrite_existing, ec);
-  if (ec) return fail("cannot copy the CA certificate: " + ec.message());
+  // Beside it, then renamed over it: an agent starting meanwhile reads the old CA or the
+  // new one, never half of one.
+  std::string tmp = out + "/ca.pem.tmp." + std::to_string(::getpid());
+  fs::copy_file(dir + "/ca.pem", tmp, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(tmp, out + "/ca.pem", ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    return fail("cannot copy the CA certificate: " + ec.message());
+  }
   std::cerr << "corral-coordinator: wrote " << out << "/" << node << ".pem, " << node << ".key and ca.pem\n";
   return 0;
 }

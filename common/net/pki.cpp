@@ -50,35 +50,45 @@ Result<PKey> new_key() {
   return key;
 }
 
-// Opens `path` for writing with `mode`, replacing what was there.
-Result<FILE*> open_for_write(const std::string& path, mode_t mode) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+// Replaces `path` with what `write` puts in a FILE*, with `mode`, atomically: written to a
+// temporary file beside it, synced, then renamed over it, so a process reading the path
+// (an agent starting while its next certificate is issued) sees the old file or the new
+// one, never half of one.
+template <typename Write>
+Result<void> write_atomically(const std::string& path, mode_t mode, const std::string& what, Write&& write) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + std::strerror(errno));
   ::fchmod(fd, mode);
   FILE* f = ::fdopen(fd, "w");
   if (!f) {
     ::close(fd);
+    ::unlink(tmp.c_str());
     return make_error(ErrorCode::Unavailable, "cannot write " + path);
   }
-  return f;
+  bool ok = write(f);
+  ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && ok;
+  bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) {
+    ::unlink(tmp.c_str());
+    return make_error(ErrorCode::Internal, openssl_error("cannot write " + what + " " + path));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + why);
+  }
+  return {};
 }
 
 Result<void> write_key(const std::string& path, EVP_PKEY* key) {
-  auto f = open_for_write(path, 0600);
-  if (!f) return std::unexpected(f.error());
-  bool ok = PEM_write_PrivateKey(*f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
-  bool closed = std::fclose(*f) == 0;
-  if (!ok || !closed) return make_error(ErrorCode::Internal, openssl_error("cannot write key " + path));
-  return {};
+  return write_atomically(path, 0600, "key", [&](FILE* f) {
+    return PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  });
 }
 
 Result<void> write_cert(const std::string& path, X509* cert) {
-  auto f = open_for_write(path, 0644);
-  if (!f) return std::unexpected(f.error());
-  bool ok = PEM_write_X509(*f, cert) == 1;
-  bool closed = std::fclose(*f) == 0;
-  if (!ok || !closed) return make_error(ErrorCode::Internal, openssl_error("cannot write certificate " + path));
-  return {};
+  return write_atomically(path, 0644, "certificate", [&](FILE* f) { return PEM_write_X509(f, cert) == 1; });
 }
 
 Result<Cert> read_cert(const std::string& path) {

@@ -179,6 +179,17 @@ void WsClient::connect() {
   if (impl_->link) impl_->link->close();
   impl_->link.reset();
   auto url = parse_https_url(impl_->options.url);
+  if (!impl_->tls) {
+    // Loaded again on every attempt: a CA or certificate being replaced, or not there
+    // yet, is picked up once it is whole (the caller's reconnect backoff paces this).
+    auto tls = make_client_tls(impl_->options.tls.ca, impl_->options.tls.cert, impl_->options.tls.key);
+    if (tls) {
+      impl_->tls = *tls;
+      impl_->setup_error.clear();
+    } else {
+      impl_->setup_error = tls.error().message();
+    }
+  }
   std::string error = impl_->setup_error;
   if (error.empty() && !url) error = "not an https://host:port URL: " + impl_->options.url;
   if (!error.empty()) {

@@ -205,6 +205,18 @@ TEST_F(AgentClusterTest, WhatCannotStartEndsTheJobLaunchFailedNamingTheNodeUserA
   EXPECT_NE(r.body.find("environment[0]: variable RANK cannot travel"), std::string::npos) << r.body;
 }
 
+TEST_F(AgentClusterTest, AnAgentStartedBeforeItsCaIsInPlaceJoinsOnceItIs) {
+  AgentProcess c(coord_, dir_, "gpu-c", sim_);
+  std::string ca = dir_.file("agents") + "/ca.pem";
+  std::filesystem::rename(ca, ca + ".away");  // as if issue-agent-cert had not finished
+  ASSERT_TRUE(c.start(false));
+  EXPECT_TRUE(c.process().wait_for_line("cannot load CA " + ca + ": No such file or directory"));
+  std::filesystem::rename(ca + ".away", ca);
+  // It keeps trying with its backoff (500 ms at most here), and loads it whole.
+  EXPECT_TRUE(c.process().wait_for_line("welcomed by the coordinator", std::chrono::seconds(10)));
+  c.stop();
+}
+
 TEST_F(AgentClusterTest, AFailingRankTakesTheGangDownWithNoProcessLeft) {
   std::string go = dir_.file("go");
   model::JobId id = submit(two_node("\"if [ $RANK = 3 ]; then while [ ! -e " + go +

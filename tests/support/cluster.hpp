@@ -132,10 +132,10 @@ class AgentProcess {
                            << "\nreconnect_max_backoff: 500ms\n";
   }
 
-  // Starts the agent; true once the coordinator has welcomed it.
-  bool start() {
+  // Starts the agent; true once the coordinator has welcomed it (or at once, if not `welcomed`).
+  bool start(bool welcomed = true) {
     if (!child_.start(placed(where_, {CORRAL_AGENT_BIN, "--config", config_}))) return false;
-    return child_.wait_for_line("welcomed by the coordinator");
+    return !welcomed || child_.wait_for_line("welcomed by the coordinator");
   }
   // After the coordinator restarted: true once this agent is welcomed again.
   bool rejoined() { return child_.wait_for_line("welcomed by the coordinator", std::chrono::seconds(20)); }
