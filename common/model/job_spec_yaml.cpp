@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/core/strings.hpp"
+#include "common/core/enum_names.hpp"
 #include "common/model/job_spec_text.hpp"
 
 namespace corral::model {
@@ -121,6 +122,15 @@ class SpecReader {
                                          std::size_t max_bytes);
   bool check_text(Position at, const std::string& path, std::string_view text, std::size_t max_bytes);
   std::optional<int> read_positive(const Entry& entry, std::int64_t max);
+  // One of `all` by its to_string() name; else a problem saying `expectation`.
+  template <typename E, std::size_t N>
+  std::optional<E> read_choice(const Entry& entry, const E (&all)[N], std::string_view expectation) {
+    auto text = read_scalar(entry, expectation);
+    if (!text) return std::nullopt;
+    auto value = parse_enum_name(all, *text);
+    if (!value) add(entry.value_at, entry.path, std::string(expectation) + ", got " + quote_for_message(*text));
+    return value;
+  }
   std::optional<int> read_in_range(const Entry& entry, std::int64_t lo, std::int64_t hi);
 
   void read_name(const Entry& entry, JobSpec& spec);
@@ -546,28 +556,12 @@ LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
   if (!expect_map(entry, "must be a map with mode, procs_per_node or gpu_visibility")) return launch;
   Fields fields = read_fields(entry.value, entry.path, kLaunchFields);
   if (auto it = fields.find("mode"); it != fields.end()) {
-    const Entry& mode = it->second;
-    if (auto text = read_scalar(mode, "must be torch or nccl")) {
-      if (*text == "torch") {
-        spec.mode = LaunchMode::Torch;
-      } else if (*text == "nccl") {
-        spec.mode = LaunchMode::Nccl;
-      } else {
-        add(mode.value_at, mode.path, "must be torch or nccl, got " + quote_for_message(*text));
-      }
-    }
+    constexpr LaunchMode kModes[] = {LaunchMode::Torch, LaunchMode::Nccl};
+    if (auto mode = read_choice(it->second, kModes, "must be torch or nccl")) spec.mode = *mode;
   }
   if (auto it = fields.find("gpu_visibility"); it != fields.end()) {
-    const Entry& visibility = it->second;
-    if (auto text = read_scalar(visibility, "must be node or rank")) {
-      if (*text == "node") {
-        spec.gpu_visibility = GpuVisibility::Node;
-      } else if (*text == "rank") {
-        spec.gpu_visibility = GpuVisibility::Rank;
-      } else {
-        add(visibility.value_at, visibility.path, "must be node or rank, got " + quote_for_message(*text));
-      }
-    }
+    constexpr GpuVisibility kVisibilities[] = {GpuVisibility::Node, GpuVisibility::Rank};
+    if (auto v = read_choice(it->second, kVisibilities, "must be node or rank")) spec.gpu_visibility = *v;
   }
   if (auto it = fields.find("procs_per_node"); it != fields.end()) {
     const Entry& procs = it->second;

@@ -14,6 +14,7 @@
 #include "cli/app.hpp"
 #include "cli/exit_codes.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/fake_clock.hpp"
 
 namespace corral::cli {
 namespace {
@@ -48,14 +49,7 @@ class FakeApi : public ApiClient {
   std::deque<std::variant<ApiResponse, Error>> script_;
 };
 
-class FakeClock : public Clock {
- public:
-  TimePoint now() const override { return now_; }
-  void advance(Duration d) { now_ += d; }
-
- private:
-  TimePoint now_ = from_millis(1'800'000'000'000);
-};
+using testing::FakeClock;
 
 class CommandsTest : public ::testing::Test {
  protected:

@@ -10,20 +10,14 @@
 #include "common/net/pki.hpp"
 #include "coordinator/service/coordinator.hpp"
 #include "coordinator/store/memory_store.hpp"
+#include "tests/support/fake_clock.hpp"
 
 namespace corral::service {
 namespace {
 
 using Json = nlohmann::json;
 
-class FakeClock : public Clock {
- public:
-  TimePoint now() const override { return now_; }
-  void advance(Duration d) { now_ += d; }
-
- private:
-  TimePoint now_ = from_millis(1'800'000'000'000);
-};
+using testing::FakeClock;
 
 constexpr const char* kSpec = "name: t\ncommand: [true]\nresources: {nodes: 2, gpus_per_node: 2}\n";
 
