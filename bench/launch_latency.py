@@ -175,7 +175,7 @@ def main():
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, values in results.items():
         ratio = ""
-        if bare and ("PyTorch" in name or name.startswith(("bare", "torchrun"))):
+        if bare and "command itself" not in name and ("PyTorch" in name or name.startswith(("bare", "torchrun"))):
             ratio = f"{percentile(values, 0.5) / percentile(bare, 0.5):.2f}"
         row(name, values, ratio)
     print(f"\nruns taken in turns; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
