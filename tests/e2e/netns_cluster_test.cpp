@@ -239,7 +239,9 @@ TEST_F(NetnsCluster, AFailingRankFailsTheJobNamingItAndLeavesNoProcessOnAnyHost)
   Json before = job(id);
   std::vector<int> ranks = pids(before);
   ASSERT_EQ(ranks.size(), 4u);
-  EXPECT_GE(job_processes(id).size(), 8u);  // each rank and its background sleep
+  // Each rank and its background sleep (RUNNING says the ranks started, not that each
+  // shell has forked its sleep yet).
+  EXPECT_TRUE(eventually([&] { return job_processes(id).size() >= 8u; }, 5s)) << job_processes(id).size();
   std::ofstream(go) << "go\n";
   Json j = wait_end(id);
   EXPECT_EQ(j["state"], "FAILED");

@@ -57,7 +57,14 @@ TEST(Launcher, ABadWorkdirOrCommandIsAnErrorWithTheReason) {
   auto r = spawn(spec);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().message(), "workdir /nonexistent/dir: No such file or directory");
+  // No workdir: the home directory, which an account made by plain `useradd` lacks.
   spec.workdir.clear();
+  spec.home = "/nonexistent/home/alice";
+  r = spawn(spec);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().message(),
+            "home directory /nonexistent/home/alice (the job sets no workdir): No such file or directory");
+  spec.home.clear();
   spec.argv = {"no-such-program-corral"};
   r = spawn(spec);
   ASSERT_FALSE(r.has_value());
