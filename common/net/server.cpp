@@ -351,6 +351,10 @@ void Server::Impl::accept() {
       boost::system::error_code ignored;
       socket.close(ignored);  // over the limit: refuse rather than grow without bound
     } else {
+      // Small messages (an Ack, then a Prepare) go out at once: with Nagle's algorithm the
+      // second waits for the peer's delayed ACK, tens of milliseconds.
+      boost::system::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
       auto session = std::make_shared<Session>(self, std::move(socket));
       self->track(session);
       session->run();

@@ -41,6 +41,8 @@ class Link : public std::enable_shared_from_this<Link> {
     beast::get_lowest_layer(ws_).expires_after(options_.connect_timeout);
     beast::get_lowest_layer(ws_).async_connect(results, [self](beast::error_code ec, const tcp::endpoint&) {
       if (ec) return self->fail("cannot connect: " + ec.message());
+      boost::system::error_code ignored;  // as the server: no Nagle delay on small messages
+      beast::get_lowest_layer(self->ws_).socket().set_option(tcp::no_delay(true), ignored);
       if (!set_sni(self->ws_.next_layer().native_handle(), self->url_.host)) {
         return self->fail("cannot set TLS server name");
       }
