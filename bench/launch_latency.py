@@ -179,7 +179,9 @@ def main():
             ratio = f"{percentile(values, 0.5) / percentile(bare, 0.5):.2f}"
         row(name, values, ratio)
     print(f"\nruns taken in turns; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
-    if not torch:
+    if a.no_torch:
+        print("\n(PyTorch rows skipped: --no-torch)")
+    elif not torch:
         print("\n(PyTorch rows skipped: /usr/bin/python3 has no torch; apt-get install python3-torch)")
     return 0
 
