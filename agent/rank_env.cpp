@@ -11,18 +11,8 @@ namespace corral::agent {
 
 namespace {
 
-void set(Env& env, const std::string& key, std::string value) {
-  auto it = std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; });
-  if (it != env.end()) {
-    it->second = std::move(value);
-  } else {
-    env.emplace_back(key, std::move(value));
-  }
-}
-
-bool has(const Env& env, const std::string& key) {
-  return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; });
-}
+using model::has_env;
+using model::set_env;
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -41,49 +31,49 @@ std::string join_ints(const std::vector<int>& items) {
 Env build_rank_env(const protocol::Launch& launch, const protocol::RankSpec& rank, const NodeFacts& facts,
                    const Env& base) {
   Env env = base;
-  for (const auto& [k, v] : launch.env) set(env, k, v);
-  set(env, "CUDA_VISIBLE_DEVICES", join_ints(visible_gpus(launch, rank)));
+  for (const auto& [k, v] : launch.env) set_env(env, k, v);
+  set_env(env, "CUDA_VISIBLE_DEVICES", join_ints(visible_gpus(launch, rank)));
   // corral numbers GPUs as nvidia-smi does, in PCI bus order; CUDA's default order is
   // fastest first, which differs on a node with mixed cards.
-  set(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  set_env(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
   // torchrun's worker environment (torch.distributed.elastic's local agent), name for name.
-  set(env, "MASTER_ADDR", launch.master_addr);
-  set(env, "MASTER_PORT", std::to_string(launch.master_port));
-  set(env, "WORLD_SIZE", std::to_string(launch.world_size));
-  set(env, "RANK", std::to_string(rank.rank));
-  set(env, "LOCAL_RANK", std::to_string(rank.local_rank));
-  set(env, "LOCAL_WORLD_SIZE", std::to_string(launch.local_world_size));
-  set(env, "GROUP_RANK", std::to_string(rank.node_rank));
-  set(env, "GROUP_WORLD_SIZE", std::to_string(launch.nodes.size()));
-  set(env, "ROLE_RANK", std::to_string(rank.rank));
-  set(env, "ROLE_NAME", "default");
-  set(env, "ROLE_WORLD_SIZE", std::to_string(launch.world_size));
-  set(env, "TORCHELASTIC_RESTART_COUNT", std::to_string(launch.attempt));
-  set(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(launch.max_restarts));
-  set(env, "TORCHELASTIC_RUN_ID", std::to_string(launch.job));
+  set_env(env, "MASTER_ADDR", launch.master_addr);
+  set_env(env, "MASTER_PORT", std::to_string(launch.master_port));
+  set_env(env, "WORLD_SIZE", std::to_string(launch.world_size));
+  set_env(env, "RANK", std::to_string(rank.rank));
+  set_env(env, "LOCAL_RANK", std::to_string(rank.local_rank));
+  set_env(env, "LOCAL_WORLD_SIZE", std::to_string(launch.local_world_size));
+  set_env(env, "GROUP_RANK", std::to_string(rank.node_rank));
+  set_env(env, "GROUP_WORLD_SIZE", std::to_string(launch.nodes.size()));
+  set_env(env, "ROLE_RANK", std::to_string(rank.rank));
+  set_env(env, "ROLE_NAME", "default");
+  set_env(env, "ROLE_WORLD_SIZE", std::to_string(launch.world_size));
+  set_env(env, "TORCHELASTIC_RESTART_COUNT", std::to_string(launch.attempt));
+  set_env(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(launch.max_restarts));
+  set_env(env, "TORCHELASTIC_RUN_ID", std::to_string(launch.job));
   // No agent-side store: init_process_group's env:// makes rank 0 host the TCPStore.
-  set(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
+  set_env(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
   // Not torchrun's, but what a Slurm or MPI user looks for.
-  set(env, "NODE_RANK", std::to_string(rank.node_rank));
-  set(env, "CORRAL_JOB_ID", std::to_string(launch.job));
-  set(env, "CORRAL_ATTEMPT", std::to_string(launch.attempt));
-  set(env, "CORRAL_JOB_NAME", launch.name);
-  set(env, "CORRAL_NNODES", std::to_string(launch.nodes.size()));
-  set(env, "CORRAL_NODELIST", join(launch.nodes));
-  if (!launch.nccl_id.empty()) set(env, "CORRAL_NCCL_UNIQUE_ID", launch.nccl_id);
+  set_env(env, "NODE_RANK", std::to_string(rank.node_rank));
+  set_env(env, "CORRAL_JOB_ID", std::to_string(launch.job));
+  set_env(env, "CORRAL_ATTEMPT", std::to_string(launch.attempt));
+  set_env(env, "CORRAL_JOB_NAME", launch.name);
+  set_env(env, "CORRAL_NNODES", std::to_string(launch.nodes.size()));
+  set_env(env, "CORRAL_NODELIST", join(launch.nodes));
+  if (!launch.nccl_id.empty()) set_env(env, "CORRAL_NCCL_UNIQUE_ID", launch.nccl_id);
   // Without these, gloo and NCCL pick the address the hostname resolves to, often
   // 127.0.0.1, and tell ranks on other hosts to connect there.
   if (!facts.interface.empty()) {
-    if (!has(launch.env, "GLOO_SOCKET_IFNAME")) set(env, "GLOO_SOCKET_IFNAME", facts.interface);
-    if (!has(launch.env, "NCCL_SOCKET_IFNAME")) set(env, "NCCL_SOCKET_IFNAME", facts.interface);
+    if (!has_env(launch.env, "GLOO_SOCKET_IFNAME")) set_env(env, "GLOO_SOCKET_IFNAME", facts.interface);
+    if (!has_env(launch.env, "NCCL_SOCKET_IFNAME")) set_env(env, "NCCL_SOCKET_IFNAME", facts.interface);
   }
   // Several ranks on one node each spawning a thread per core oversubscribe it; torchrun
   // sets 1 for the same reason.
-  if (launch.local_world_size > 1 && !has(launch.env, "OMP_NUM_THREADS")) set(env, "OMP_NUM_THREADS", "1");
+  if (launch.local_world_size > 1 && !has_env(launch.env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");
   // As torchrun: a failed NCCL collective raises instead of hanging (torch 1.x reads the
   // first name, 2.x the second).
   for (const char* name : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
-    if (!has(launch.env, name)) set(env, name, "1");
+    if (!has_env(launch.env, name)) set_env(env, name, "1");
   }
   return env;
 }

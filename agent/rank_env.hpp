@@ -8,11 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/model/submission.hpp"
 #include "common/protocol/messages.hpp"
 
 namespace corral::agent {
 
-using Env = std::vector<std::pair<std::string, std::string>>;
+using Env = model::EnvList;
 
 struct NodeFacts {
   std::string interface;  // holds the node's advertised address; empty when unknown

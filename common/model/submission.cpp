@@ -34,6 +34,19 @@ Result<void> check_size(const EnvList& env, std::string_view field) {
 
 }  // namespace
 
+void set_env(EnvList& env, const std::string& name, std::string value) {
+  auto it = std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
+  if (it != env.end()) {
+    it->second = std::move(value);
+  } else {
+    env.emplace_back(name, std::move(value));
+  }
+}
+
+bool has_env(const EnvList& env, std::string_view name) {
+  return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
+}
+
 Result<ExportChoice> parse_export_choice(std::string_view text, std::string_view field) {
   auto is = [&](std::string_view word) {
     return text.size() == word.size() && std::equal(text.begin(), text.end(), word.begin(), [](char a, char b) {

@@ -16,6 +16,10 @@ namespace corral::model {
 
 using EnvList = std::vector<std::pair<std::string, std::string>>;
 
+// Sets `name` in `env`, replacing its value where it is there already (its place kept).
+void set_env(EnvList& env, const std::string& name, std::string value);
+bool has_env(const EnvList& env, std::string_view name);
+
 // Which variables of the submitting shell travel with the job: all (sbatch's default,
 // --export=ALL), none (--export=NONE), or the named ones.
 struct ExportChoice {

@@ -348,14 +348,7 @@ void Ledger::send_launch(Job& job, const std::string& only) {
   // user's home), the exported environment under the spec's env.
   base.workdir = job.spec.workdir.empty() ? rec.submission.dir : job.spec.workdir;
   base.env = rec.submission.env;
-  for (const auto& [k, v] : job.spec.env) {
-    auto same = std::find_if(base.env.begin(), base.env.end(), [&](const auto& kv) { return kv.first == k; });
-    if (same != base.env.end()) {
-      same->second = v;
-    } else {
-      base.env.emplace_back(k, v);
-    }
-  }
+  for (const auto& [k, v] : job.spec.env) model::set_env(base.env, k, v);
   for (const auto& na : alloc.nodes) base.nodes.push_back(na.node);
   base.world_size = static_cast<int>(ranks.size());
   base.local_world_size = ranks.empty() ? 0 : ranks.front().local_world_size;

@@ -271,11 +271,8 @@ Result<void> Scheduler::restore_active(SchedJob job) {
   if (jobs_.contains(job.id)) return make_error(ErrorCode::Conflict, "job " + std::to_string(job.id) + " exists");
   const auto& alloc = *job.allocation;
   if (alloc.nodes.empty()) return make_error(ErrorCode::InvalidArgument, "job " + std::to_string(job.id) + " has an empty allocation");
-  auto released = [&](const std::string& node) {
-    return std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end();
-  };
   for (const auto& na : alloc.nodes) {
-    if (released(na.node)) continue;  // its GPUs may serve another job by now
+    if (job.released(na.node)) continue;  // its GPUs may serve another job by now
     auto it = node_index_.find(na.node);
     if (it == node_index_.end()) {
       return make_error(ErrorCode::NotFound, "job " + std::to_string(job.id) + " runs on unknown node " + na.node);
@@ -323,7 +320,7 @@ Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, Time
   if (na == alloc.nodes.end()) {
     return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " has no GPU on " + std::string(node));
   }
-  if (std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end()) {
+  if (job.released(node)) {
     return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " no longer holds " + std::string(node));
   }
   // The GPUs' holders stay as they are: they pass from the job to its fence. The fence
@@ -408,12 +405,9 @@ Result<std::vector<Decision>> Scheduler::on_event(model::JobId id, int attempt, 
 void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint now) {
   // Account the GPU time used so far before the held count changes.
   fair_share_.advance(now, gpus_by_user_);
-  auto released = [&](const std::string& node) {
-    return std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end();
-  };
   int count = 0;
   for (const auto& na : alloc.nodes) {
-    if (released(na.node)) continue;  // a restored ENDING job: confirmed there already
+    if (job.released(na.node)) continue;  // a restored ENDING job: confirmed there already
     NodeSlot& slot = nodes_[static_cast<std::size_t>(node_index_.at(na.node))];
     for (int g : na.gpus) {
       auto& holder = slot.holder[static_cast<std::size_t>(slot.position.at(g))];
@@ -429,7 +423,7 @@ void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint no
 
 int Scheduler::release_on(SchedJob& job, const std::string& node) {
   if (!job.allocation) return 0;
-  if (std::find(job.released_nodes.begin(), job.released_nodes.end(), node) != job.released_nodes.end()) return 0;
+  if (job.released(node)) return 0;
   job.released_nodes.push_back(node);
   int count = 0;
   for (const auto& na : job.allocation->nodes) {

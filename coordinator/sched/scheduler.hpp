@@ -4,6 +4,7 @@
 // the service layer persists each decision before it acts on it. Not thread-safe: the
 // coordinator drives it from one strand.
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,6 +39,10 @@ struct SchedJob {
   std::optional<model::Allocation> allocation;  // while STARTING, RUNNING or ENDING
   std::optional<model::JobState> outcome;      // while ENDING: where it goes when its ranks are gone
   std::vector<std::string> released_nodes;     // while ENDING: nodes whose ranks are confirmed gone
+
+  bool released(std::string_view node) const {
+    return std::find(released_nodes.begin(), released_nodes.end(), node) != released_nodes.end();
+  }
   PendingReason reason;                        // while PENDING
   std::vector<std::pair<int, int>> shapes;     // candidate (nodes, GPUs per node), fewest nodes first
 };
