@@ -19,8 +19,12 @@
 #include <random>
 #include <sstream>
 
+#include "agent/inventory/run_command.hpp"
 #include "agent/launcher.hpp"
 #include "agent/rank_env.hpp"
+#include "agent/rank_start.hpp"
+#include "common/core/check.hpp"
+#include "common/core/hex.hpp"
 #include "common/protocol/codec.hpp"
 
 namespace corral::agent {
@@ -35,21 +39,6 @@ struct Overloaded : Ts... {
 };
 
 constexpr std::size_t kMaxOutbox = 100000;
-
-// The start time of a process (field 22 of /proc/PID/stat), to tell a pid from a reused one.
-std::string process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return {};
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return {};
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return field;
-  }
-  return {};
-}
 
 // Binds the port on the address and listens, so nobody else can take it until rank 0
 // starts. -1 and errno EADDRINUSE when someone already holds it.
@@ -92,11 +81,44 @@ int probe_port(const std::string& address, int port, std::string& error) {
   return fd;
 }
 
+// On a BlockingWork thread: nccl-root's first line on `fd` (then closed), the ID it
+// prints within milliseconds; the wait is bounded in case the child hangs.
+std::string read_nccl_root_line(int fd, Duration timeout) {
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[512];
+  while (line.find('\n') == std::string::npos) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    line.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  auto nl = line.find('\n');
+  return nl == std::string::npos ? "" : line.substr(0, nl);
+}
+
 }  // namespace
 
+template <class Work, class Done>
+void Agent::offload(net::BlockingWork& pool, Work work, Done done) {
+  pool.run(std::move(work), [this, done = std::move(done)](auto&&... result) mutable {
+    reap();
+    done(std::forward<decltype(result)>(result)...);
+  });
+}
+
 Agent::Agent(net::EventLoop& loop, model::AgentConfig config, protocol::Hello node, AgentHooks hooks)
-    : loop_(loop), config_(std::move(config)), node_(std::move(node)), hooks_(std::move(hooks)) {
+    : loop_(loop), config_(std::move(config)), spool_(config_.spool), node_(std::move(node)), hooks_(std::move(hooks)) {
   health_error_ = node_.health_error;
+  launcher_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-launch");
+  work_ = std::make_unique<net::BlockingWork>(loop_, 4, "agent-work");
 }
 
 Agent::~Agent() { stop(); }
@@ -109,41 +131,19 @@ std::size_t Agent::running_ranks() const {
   return n;
 }
 
-std::string Agent::log_path(model::JobId job, int attempt, int rank) const {
-  return config_.spool + "/jobs/" + std::to_string(job) + "/" + std::to_string(attempt) + "/rank-" +
-         std::to_string(rank) + ".log";
-}
-
-std::string Agent::marker_path(model::JobId job, int attempt, int rank) const {
-  return config_.spool + "/running/" + std::to_string(job) + "-" + std::to_string(attempt) + "-" +
-         std::to_string(rank);
-}
-
 void Agent::kill_orphans() {
   // Ranks an earlier agent process started: nobody watches them any more, and this
   // process cannot wait for them. Kill them, unless the pid was reused since, and report
   // each as ended: a coordinator that did not notice the restart (it took less than
   // node_timeout) still counts them as running, and fails or requeues their job now.
-  std::error_code ec;
-  fs::create_directories(config_.spool + "/running", ec);
-  for (const auto& entry : fs::directory_iterator(config_.spool + "/running", ec)) {
-    std::string name = entry.path().filename().string();
-    std::ifstream in(entry.path());
-    pid_t pid = 0;
-    std::string start;
-    in >> pid >> start;
-    bool alive = pid > 0 && !start.empty() && process_start_time(pid) == start;
+  for (const auto& left : spool_.take_leftovers()) {
+    bool alive = left.pid > 0 && !left.start_time.empty() && process_start_time(left.pid) == left.start_time;
     if (alive) {
-      spdlog::warn("killing rank process group {} left by an earlier agent ({})", pid, name);
-      signal_group(pid, SIGKILL);
+      spdlog::warn("killing rank process group {} left by an earlier agent ({})", left.pid, left.marker);
+      signal_group(left.pid, SIGKILL);
     }
-    fs::remove(entry.path(), ec);
-    long long job = 0;
-    int attempt = 0;
-    int rank = 0;
-    char rest = 0;
-    if (std::sscanf(name.c_str(), "%lld-%d-%d%c", &job, &attempt, &rank, &rest) != 3 || job <= 0) continue;
-    protocol::RankExited m{job, attempt, rank, 0, 0, "", false};
+    if (!left.named) continue;
+    protocol::RankExited m{left.job, left.attempt, left.rank, 0, 0, "", false};
     if (alive) {
       m.signal = SIGKILL;
       m.reason = "killed by signal 9: left running by an earlier corral-agent process (the agent restarted)";
@@ -155,33 +155,9 @@ void Agent::kill_orphans() {
   }
 }
 
-Result<std::string> Agent::load_agent_id() const {
-  // Kept in the spool, so that the next agent process finds what this one's ranks left.
-  std::string path = config_.spool + "/agent-id";
-  std::string id;
-  std::ifstream(path) >> id;
-  if (id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos) return id;
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  id = buf;
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << id << "\n";
-    if (!out.flush()) return make_error(ErrorCode::Unavailable, "cannot write " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + ec.message());
-  return id;
-}
-
 Result<void> Agent::start() {
-  std::error_code ec;
-  fs::create_directories(config_.spool + "/jobs", ec);
-  if (ec) return make_error(ErrorCode::Unavailable, "cannot create spool " + config_.spool + ": " + ec.message());
-  auto id = load_agent_id();
+  if (auto made = spool_.create(); !made) return std::unexpected(made.error());
+  auto id = spool_.agent_id();
   if (!id) return std::unexpected(id.error());
   agent_id_ = *id;
   kill_orphans();
@@ -243,6 +219,7 @@ void Agent::on_close(const std::string& reason) {
   outbox_.insert(outbox_.begin(), unacked_.begin(), unacked_.end());
   unacked_.clear();
   acked_ = 0;
+  synced_pending_ = false;
   heartbeat_timer_->cancel();
   if (stopping_) return;
   // Back off with jitter so a restarted coordinator is not hit by every agent at once.
@@ -307,7 +284,15 @@ void Agent::on_welcome(const protocol::Welcome& m) {
                m.heartbeat_interval_ms, outbox_.size());
   heartbeat_timer_->start_repeating(heartbeat_interval_, [this] { send(protocol::Heartbeat{}); });
   flush_outbox();
-  // Everything held back is on its way: the coordinator may now judge what we do not run.
+  synced_pending_ = true;
+  send_synced_when_ready();
+}
+
+void Agent::send_synced_when_ready() {
+  // Everything held back is on its way, and no launch is still starting ranks the
+  // coordinator has not heard of: it may now judge what we do not run.
+  if (!synced_pending_ || launches_in_flight_ > 0 || !welcomed_) return;
+  synced_pending_ = false;
   send(protocol::Synced{});
 }
 
@@ -316,7 +301,8 @@ void Agent::on_reconcile(const protocol::Reconcile& m) {
   for (const auto& [key, job] : jobs_) {
     if (job.killing) continue;
     bool keep = std::find(m.keep.begin(), m.keep.end(), key) != m.keep.end();
-    bool running = std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return !r.second.exited; });
+    bool running = job.launching ||
+                   std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return !r.second.exited; });
     if (!keep && (running || job.nccl_root != 0 || job.probe_fd >= 0)) orphaned.push_back(key);
   }
   for (const auto& key : orphaned) {
@@ -328,13 +314,16 @@ void Agent::on_reconcile(const protocol::Reconcile& m) {
 void Agent::on_prepare(const protocol::Prepare& m) {
   Key key{m.job, m.attempt};
   if (std::find(finished_.begin(), finished_.end(), key) != finished_.end()) return;  // over here
-  if (auto it = jobs_.find(key); it != jobs_.end() && (!it->second.ranks.empty() || it->second.killing)) {
+  if (auto it = jobs_.find(key);
+      it != jobs_.end() && (!it->second.ranks.empty() || it->second.launching || it->second.killing)) {
     return;  // launched already: a Prepare sent again after a reconnect changes nothing
   }
   Job& job = jobs_[key];
   protocol::PrepareResult result{m.job, m.attempt, false, false, "", "", m.master_port};
-  // Sent again (the first answer may have been lost): start over.
+  // Sent again (the first answer may have been lost): start over. A pending nccl-root
+  // answer of the first one is dropped (its Prepare number is no longer the job's).
   release_job_resources(job);
+  job.prepare = ++prepares_;
   std::string error;
   job.probe_fd = probe_port(m.master_addr, m.master_port, error);
   if (job.probe_fd < 0) {
@@ -344,73 +333,81 @@ void Agent::on_prepare(const protocol::Prepare& m) {
     jobs_.erase(key);
     return;
   }
-  if (m.nccl) {
-    // ncclGetUniqueId opens the bootstrap root's socket in the calling process, which
-    // must outlive the job's init: a child of ours, killed with the job.
-    int out[2];
-    int in[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) {
-      result.error = std::string("pipe: ") + std::strerror(errno);
-      send(result);
-      return;
-    }
-    std::error_code ec;
-    fs::create_directories(config_.spool + "/jobs/" + std::to_string(m.job) + "/" + std::to_string(m.attempt), ec);
-    ProcessSpec spec;
-    spec.argv = {config_.worker, "nccl-root"};
-    spec.envp = {"PATH=" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
-    if (!interface_.empty()) spec.envp.push_back("NCCL_SOCKET_IFNAME=" + interface_);
-    spec.log_path = config_.spool + "/jobs/" + std::to_string(m.job) + "/" + std::to_string(m.attempt) + "/nccl-root.log";
-    spec.stdout_fd = out[1];
-    spec.stdin_fd = in[0];
-    auto pid = spawn(spec);
-    ::close(out[1]);
-    ::close(in[0]);
-    if (!pid) {
-      ::close(out[0]);
-      ::close(in[1]);
-      result.error = "cannot start nccl-root: " + pid.error().message();
-      send(result);
-      return;
-    }
-    job.nccl_root = *pid;
-    job.nccl_root_stdin = in[1];
-    // The ID comes within milliseconds; bound the wait in case the child hangs.
-    std::string line;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    char buf[512];
-    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out[0], POLLIN, 0};
-      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
-      if (::poll(&p, 1, std::max(left, 0)) <= 0) break;
-      ssize_t n = ::read(out[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      line.append(buf, static_cast<std::size_t>(n));
-    }
-    ::close(out[0]);
-    auto nl = line.find('\n');
-    std::string id = nl == std::string::npos ? "" : line.substr(0, nl);
-    if (id.size() != 256 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      std::ifstream log(spec.log_path);
-      std::string why;
-      std::getline(log, why);
-      result.error = "nccl-root gave no unique ID" + (why.empty() ? std::string() : ": " + why);
-      send(result);
-      release_job_resources(job);
-      jobs_.erase(key);
-      return;
-    }
-    result.nccl_id = id;
+  if (!m.nccl) {
+    result.ok = true;
+    send(result);
+    return;
   }
-  result.ok = true;
-  send(result);
+  // ncclGetUniqueId opens the bootstrap root's socket in the calling process, which
+  // must outlive the job's init: a child of ours, killed with the job.
+  int out[2];
+  int in[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    result.error = std::string("pipe: ") + std::strerror(errno);
+    send(result);
+    return;
+  }
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    result.error = std::string("pipe: ") + std::strerror(errno);
+    send(result);
+    return;
+  }
+  std::error_code ec;
+  fs::create_directories(spool_.attempt_dir(m.job, m.attempt), ec);
+  ProcessSpec spec;
+  spec.argv = {config_.worker, "nccl-root"};
+  spec.envp = {"PATH=" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
+  if (!interface_.empty()) spec.envp.push_back("NCCL_SOCKET_IFNAME=" + interface_);
+  spec.log_path = spool_.attempt_dir(m.job, m.attempt) + "/nccl-root.log";
+  spec.stdout_fd = out[1];
+  spec.stdin_fd = in[0];
+  auto pid = spawn(spec);
+  ::close(out[1]);
+  ::close(in[0]);
+  if (!pid) {
+    ::close(out[0]);
+    ::close(in[1]);
+    result.error = "cannot start nccl-root: " + pid.error().message();
+    send(result);
+    return;
+  }
+  job.nccl_root = *pid;
+  job.nccl_root_stdin = in[1];
+  offload(
+      *work_,
+      [fd = out[0], log = spec.log_path] {
+        NcclRootAnswer answer;
+        answer.id = read_nccl_root_line(fd, std::chrono::seconds(20));
+        if (auto valid = check_nccl_unique_id(answer.id); !valid) {
+          std::ifstream log_in(log);
+          std::string why;
+          std::getline(log_in, why);
+          answer.error = "nccl-root gave no unique ID" + (why.empty() ? std::string() : ": " + why);
+        }
+        return answer;
+      },
+      [this, key, prepare = job.prepare, result](const NcclRootAnswer& answer) {
+        on_nccl_root_answer(key, prepare, result, answer);
+      });
 }
 
-void Agent::launch_failed(const protocol::Launch& m, const std::string& reason) {
-  spdlog::warn("job {} attempt {} cannot start here: {}", m.job, m.attempt, reason);
-  for (const auto& r : m.ranks) {
-    send(protocol::RankExited{m.job, m.attempt, r.rank, 127, 0, reason, true});
+void Agent::on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
+                                const NcclRootAnswer& answer) {
+  auto it = jobs_.find(key);
+  // Killed meanwhile, or prepared again: this answer is for nobody.
+  if (it == jobs_.end() || it->second.prepare != prepare || it->second.killing) return;
+  if (!answer.error.empty()) {
+    result.error = answer.error;
+    send(result);
+    release_job_resources(it->second);
+    jobs_.erase(it);
+    return;
   }
+  result.nccl_id = answer.id;
+  result.ok = true;
+  send(result);
 }
 
 void Agent::on_launch(const protocol::Launch& m) {
@@ -420,73 +417,48 @@ void Agent::on_launch(const protocol::Launch& m) {
     return;
   }
   Job& job = jobs_[key];
-  if (!job.ranks.empty() || job.killing) return;  // a repeat after a reconnect
-  std::optional<UserIds> user;
-  if (::geteuid() == 0) {
-    auto u = lookup_user(m.user);
-    if (!u) return launch_failed(m, u.error().message());
-    if (u->uid == 0 && !config_.allow_root_jobs) {
-      return launch_failed(m, "jobs as root are refused on this node (allow_root_jobs: false)");
-    }
-    if (u->uid != 0) user = *u;
+  if (!job.ranks.empty() || job.launching || job.killing) return;  // a repeat after a reconnect
+  job.launching = true;
+  ++launches_in_flight_;
+  // Rank 0 binds the master port itself: the probe is closed just before it starts.
+  int probe = -1;
+  if (std::any_of(m.ranks.begin(), m.ranks.end(), [](const auto& r) { return r.rank == 0; })) {
+    probe = job.probe_fd;
+    job.probe_fd = -1;
   }
-  std::error_code ec;
-  std::string dir = config_.spool + "/jobs/" + std::to_string(m.job) + "/" + std::to_string(m.attempt);
-  fs::create_directories(dir, ec);
-  if (ec) return launch_failed(m, "cannot create " + dir + ": " + ec.message());
-  // A clean login-like environment, never the agent's own: the job's exported
-  // environment and env come on top of it (build_rank_env).
-  std::optional<UserIds> account = user;
-  if (!account) {
-    if (auto self = lookup_user_id(::geteuid())) account = *self;
+  StartContext context{spool_, interface_, agent_id_, config_.allow_root_jobs};
+  offload(
+      *launcher_, [context = std::move(context), m, probe] { return start_ranks(context, m, probe); },
+      [this, key](StartOutcome outcome) { on_started(key, std::move(outcome)); });
+}
+
+void Agent::on_started(const Key& key, StartOutcome outcome) {
+  --launches_in_flight_;
+  auto it = jobs_.find(key);
+  CORRAL_CHECK(it != jobs_.end());  // a launching job is never erased: kills wait for it
+  Job& job = it->second;
+  job.launching = false;
+  for (const auto& s : outcome.started) {
+    job.ranks[s.rank] = Rank{s.rank, s.pid, false, s.log, s.gpus};
+    job.gpus.insert(job.gpus.end(), s.gpus.begin(), s.gpus.end());
   }
-  Env base;
-  base.emplace_back("PATH", kLoginPath);
-  if (account) {
-    base.emplace_back("HOME", account->home);
-    base.emplace_back("USER", account->name);
-    base.emplace_back("LOGNAME", account->name);
-    base.emplace_back("SHELL", account->shell);
+  for (const auto& report : outcome.reports) {
+    if (const auto* failed = std::get_if<protocol::RankExited>(&report); failed && failed->launch_failure) {
+      spdlog::warn("job {} attempt {} rank {} cannot start here: {}", key.first, key.second, failed->rank,
+                   failed->reason);
+    }
+    send(report);
   }
-  auto ranks = m.ranks;
-  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  for (const auto& r : ranks) {
-    if (std::string log = log_path(m.job, m.attempt, r.rank); fs::exists(log)) {
-      // This rank was started here before, by this agent process or an earlier one (a
-      // Launch sent again after the coordinator lost our reports): never twice. Say how
-      // it ended, as far as the spool knows.
-      send(ended_before(m.job, m.attempt, r.rank));
-      continue;
+  // Ranks that exited before they were known here: reaped meanwhile, kept for them.
+  std::vector<std::pair<int, int>> exited;  // (rank, status)
+  for (const auto& s : outcome.started) {
+    if (auto e = unclaimed_exits_.find(s.pid); e != unclaimed_exits_.end()) {
+      exited.emplace_back(s.rank, e->second);
+      unclaimed_exits_.erase(e);
     }
-    ProcessSpec spec;
-    spec.argv = m.command.shell ? std::vector<std::string>{"/bin/sh", "-c", m.command.argv.front()} : m.command.argv;
-    if (m.command.shell) spec.require_program = shell_program(m.command.argv.front());
-    Env env = build_rank_env(m, r, {interface_}, base);
-    env.emplace_back(kAgentIdVariable, agent_id_);
-    spec.envp = to_envp(env);
-    spec.workdir = m.workdir;
-    if (account) spec.home = account->home;
-    spec.user = user;
-    spec.log_path = log_path(m.job, m.attempt, r.rank);
-    if (r.rank == 0 && job.probe_fd >= 0) {
-      // Rank 0 binds the master port itself now.
-      ::close(job.probe_fd);
-      job.probe_fd = -1;
-    }
-    auto pid = spawn(spec);
-    if (!pid) {
-      // A bad workdir or command fails every rank alike: report it as the launch failure.
-      send(protocol::RankExited{m.job, m.attempt, r.rank, 127, 0,
-                                "cannot start as user " + (user ? user->name : m.user) + ": " + pid.error().message(),
-                                true});
-      continue;
-    }
-    Rank rank{r.rank, *pid, false, spec.log_path, r.gpus};
-    job.gpus.insert(job.gpus.end(), r.gpus.begin(), r.gpus.end());
-    job.ranks[r.rank] = rank;
-    std::ofstream(marker_path(m.job, m.attempt, r.rank)) << *pid << " " << process_start_time(*pid) << "\n";
-    send(protocol::RankStarted{m.job, m.attempt, r.rank, *pid});
   }
+  if (launches_in_flight_ == 0) unclaimed_exits_.clear();
+  send_synced_when_ready();
   if (job.ranks.empty()) {
     // None started (launch failures, or ranks started here before): confirm that nothing
     // of the attempt runs here, as for an attempt whose ranks ended.
@@ -494,13 +466,21 @@ void Agent::on_launch(const protocol::Launch& m) {
     finish_kill(key);
     return;
   }
-  // A rank may have exited before we recorded it.
+  if (job.killing) signal_ranks(key, job.kill_grace);  // a kill came while starting
+  for (const auto& [rank, status] : exited) {
+    auto j = jobs_.find(key);
+    if (j == jobs_.end()) break;
+    auto r = j->second.ranks.find(rank);
+    if (r != j->second.ranks.end() && !r->second.exited) rank_done(key, r->second, status);
+  }
   reap();
 }
 
 void Agent::reap() {
   // The agent is a child subreaper: ranks' orphaned children come back to it and are
-  // reaped here too, so no zombie lingers in a job's process group.
+  // reaped here too, so no zombie lingers in a job's process group. Children that a
+  // command on a BlockingWork thread started are that thread's to reap: the first such
+  // zombie ends this pass, and the command's result, when it comes back, reaps again.
   std::map<pid_t, std::pair<Key, int>> ranks;
   for (auto& [key, job] : jobs_) {
     for (auto& [r, rank] : job.ranks) {
@@ -508,47 +488,38 @@ void Agent::reap() {
     }
   }
   for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+    pid_t pid = info.si_pid;
+    if (run_command_owns(pid)) break;
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) break;
+    if (::waitpid(pid, &status, WNOHANG) != pid) continue;
     if (auto it = ranks.find(pid); it != ranks.end()) {
       auto job = jobs_.find(it->second.first);
       if (job != jobs_.end()) rank_done(it->second.first, job->second.ranks[it->second.second], status);
       continue;
     }
+    bool known = false;
     for (auto& [key, job] : jobs_) {
-      if (job.nccl_root == pid) job.nccl_root = 0;
+      if (job.nccl_root == pid) {
+        job.nccl_root = 0;
+        known = true;
+      }
     }
+    // A rank that exited before its launch came back from the launch thread.
+    if (!known && launches_in_flight_ > 0) unclaimed_exits_[pid] = status;
   }
-}
-
-protocol::RankExited Agent::ended_before(model::JobId job, int attempt, int rank) const {
-  protocol::RankExited m{job, attempt, rank, -1, 0,
-                         "started on this node before and not running now; its end is unknown (the agent restarted)",
-                         false};
-  std::ifstream in(log_path(job, attempt, rank) + ".exit");
-  int code = 0;
-  int signal = 0;
-  if (in >> code >> signal) {
-    m.exit_code = code;
-    m.signal = signal;
-    std::getline(in >> std::ws, m.reason);
-  }
-  return m;
 }
 
 void Agent::rank_done(const Key& key, Rank& rank, int status) {
   rank.exited = true;
   // Whatever the rank left behind in its group (data loader workers, shells) goes too.
   signal_group(rank.pid, SIGKILL);
-  std::error_code ec;
-  fs::remove(marker_path(key.first, key.second, rank.rank), ec);
+  spool_.clear_running(key.first, key.second, rank.rank);
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
-  // Kept beside the log: an agent restarted before this report was acknowledged can
-  // still say how the rank ended.
-  std::ofstream(rank.log + ".exit") << m.exit_code << " " << m.signal << "\n" << m.reason << "\n";
+  spool_.record_exit(m);
   spdlog::info("job {} rank {} {}", key.first, rank.rank, m.reason);
   send(m);
   Job& job = jobs_[key];
@@ -572,15 +543,10 @@ void Agent::release_job_resources(Job& job) {
     job.nccl_root_stdin = -1;
   }
   if (job.nccl_root != 0) {
-    signal_group(job.nccl_root, SIGTERM);
-    int status = 0;
-    // nccl-root exits at once on SIGTERM or stdin EOF; do not leave a zombie.
-    for (int i = 0; i < 100 && ::waitpid(job.nccl_root, &status, WNOHANG) == 0; ++i) {
-      pollfd none{-1, 0, 0};
-      ::poll(&none, 0, 10);
-    }
+    // Nothing to save in a bootstrap root: killed outright, reaped on SIGCHLD, and its
+    // group is among what verify_gone waits to see empty.
     signal_group(job.nccl_root, SIGKILL);
-    ::waitpid(job.nccl_root, &status, WNOHANG);
+    job.nccl_root_group = job.nccl_root;
     job.nccl_root = 0;
   }
 }
@@ -603,6 +569,15 @@ void Agent::kill_job(const Key& key, Duration grace) {
   Job& job = it->second;
   if (job.killing) return;
   job.killing = true;
+  if (job.launching) {
+    job.kill_grace = grace;  // on_started sends the signals once the ranks are known
+    return;
+  }
+  signal_ranks(key, grace);
+}
+
+void Agent::signal_ranks(const Key& key, Duration grace) {
+  Job& job = jobs_.at(key);
   bool any = false;
   for (auto& [r, rank] : job.ranks) {
     if (!rank.exited) any = signal_group(rank.pid, grace.count() > 0 ? SIGTERM : SIGKILL) || any;
@@ -631,28 +606,46 @@ void Agent::finish_kill(const Key& key) {
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return;
   release_job_resources(it->second);
+  // One verification at a time: it looks again until nothing is left.
+  if (it->second.verifying) return;
+  it->second.verifying = true;
   verify_gone(key, 0);
 }
 
 void Agent::verify_gone(const Key& key, int tries) {
+  reap();
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return;
   Job& job = it->second;
-  reap();
-  // Nothing of the attempt may be left: every rank's process group is empty, and no
-  // process carries its CORRAL_JOB_ID and CORRAL_ATTEMPT (one that left its group by
-  // setsid or a double fork is found that way).
+  // Nothing of the attempt may be left: every rank's process group (and nccl-root's) is
+  // empty, and no process carries its CORRAL_JOB_ID, CORRAL_ATTEMPT and CORRAL_AGENT_ID
+  // (one that left its group by setsid or a double fork is found that way; the sweep
+  // of /proc runs off the loop).
   std::string left;
-  for (auto& [r, rank] : job.ranks) {
-    if (group_alive(rank.pid)) {
-      signal_group(rank.pid, SIGKILL);
-      left += (left.empty() ? "" : ", ") + std::string("group ") + std::to_string(rank.pid);
+  std::vector<pid_t> groups;
+  for (auto& [r, rank] : job.ranks) groups.push_back(rank.pid);
+  if (job.nccl_root_group != 0) groups.push_back(job.nccl_root_group);
+  for (pid_t group : groups) {
+    if (group_alive(group)) {
+      signal_group(group, SIGKILL);
+      left += (left.empty() ? "" : ", ") + std::string("group ") + std::to_string(group);
     }
   }
-  for (pid_t pid : attempt_processes(key.first, key.second, agent_id_)) {
-    ::kill(pid, SIGKILL);
-    left += (left.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
-  }
+  offload(
+      *work_,
+      [job = key.first, attempt = key.second, agent_id = agent_id_] {
+        std::vector<pid_t> killed = attempt_processes(job, attempt, agent_id);
+        for (pid_t pid : killed) ::kill(pid, SIGKILL);
+        return killed;
+      },
+      [this, key, tries, left](const std::vector<pid_t>& killed) { on_swept(key, tries, left, killed); });
+}
+
+void Agent::on_swept(const Key& key, int tries, std::string left, const std::vector<pid_t>& killed) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  for (pid_t pid : killed) left += (left.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
   if (!left.empty() && tries < 40) {
     // SIGKILL is delivered asynchronously: look again shortly.
     job.kill_timer = std::make_unique<net::Timer>(loop_);
@@ -668,21 +661,27 @@ void Agent::verify_gone(const Key& key, int tries) {
     jobs_.erase(it);
     return;
   }
-  if (hooks_.gpus_still_held && !job.gpus.empty()) {
-    std::vector<std::string> uuids;
-    for (int g : job.gpus) {
-      for (const auto& gpu : node_.gpus) {
-        if (gpu.index == g) uuids.push_back(gpu.uuid);
-      }
+  if (!hooks_.gpus_still_held || job.gpus.empty()) return attempt_gone(key, {});
+  std::vector<std::string> uuids;
+  for (int g : job.gpus) {
+    for (const auto& gpu : node_.gpus) {
+      if (gpu.index == g) uuids.push_back(gpu.uuid);
     }
-    auto held = hooks_.gpus_still_held(uuids);
-    if (!held.empty()) {
-      std::string what;
-      for (const auto& h : held) what += (what.empty() ? "" : "; ") + h;
-      health_error_ = "GPU still in use after job " + std::to_string(key.first) + " was killed: " + what;
-      spdlog::error("{}", health_error_);
-      send(protocol::Health{health_error_});
-    }
+  }
+  offload(
+      *work_, [held = hooks_.gpus_still_held, uuids] { return held(uuids); },
+      [this, key](const std::vector<std::string>& held) { attempt_gone(key, held); });
+}
+
+void Agent::attempt_gone(const Key& key, const std::vector<std::string>& gpus_held) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  if (!gpus_held.empty()) {
+    std::string what;
+    for (const auto& h : gpus_held) what += (what.empty() ? "" : "; ") + h;
+    health_error_ = "GPU still in use after job " + std::to_string(key.first) + " was killed: " + what;
+    spdlog::error("{}", health_error_);
+    send(protocol::Health{health_error_});
   }
   remember_finished(key);
   jobs_.erase(it);
@@ -703,7 +702,7 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   protocol::LogData d;
   d.request = m.request;
   d.offset = m.offset;
-  std::string path = log_path(m.job, m.attempt, m.rank);
+  std::string path = spool_.log_path(m.job, m.attempt, m.rank);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     d.error = "no log for job " + std::to_string(m.job) + " rank " + std::to_string(m.rank) + " on this node";
@@ -727,10 +726,14 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
 }
 
 void Agent::run_preflight() {
-  std::string error = hooks_.preflight();
-  if (error == health_error_) return;
-  health_error_ = error;
-  send(protocol::Health{error});
+  if (preflight_running_) return;  // a slow one is still running: it reports when done
+  preflight_running_ = true;
+  offload(*work_, hooks_.preflight, [this](const std::string& error) {
+    preflight_running_ = false;
+    if (error == health_error_) return;
+    health_error_ = error;
+    send(protocol::Health{error});
+  });
 }
 
 }  // namespace corral::agent

@@ -3,7 +3,9 @@
 // node, probes master ports, hosts the NCCL bootstrap root in a child, starts and kills
 // ranks, keeps their logs and serves them. Ranks keep running while the coordinator is
 // away; what happened meanwhile is sent when the link is back. Lives on one event loop
-// thread.
+// thread, which never waits: user lookups, forks, external commands (nvidia-smi, the
+// preflight), reads of /proc and the wait for nccl-root's ID run on BlockingWork
+// threads and come back to the loop as results.
 
 #include <sys/types.h>
 
@@ -15,13 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "agent/spool.hpp"
 #include "common/model/config.hpp"
+#include "common/net/blocking_work.hpp"
 #include "common/net/event_loop.hpp"
 #include "common/net/ws_client.hpp"
 #include "common/protocol/messages.hpp"
 
 namespace corral::agent {
 
+struct StartOutcome;
+
+// Both run on a BlockingWork thread, never on the loop: they may take minutes.
 struct AgentHooks {
   // Runs the node checklist; "" when healthy, else why the node should be drained.
   std::function<std::string()> preflight;
@@ -56,10 +63,19 @@ class Agent {
     std::map<int, Rank> ranks;
     int probe_fd = -1;          // the master port, held from Prepare until rank 0 starts
     pid_t nccl_root = 0;
+    pid_t nccl_root_group = 0;  // checked for leftovers until the attempt is confirmed gone
     int nccl_root_stdin = -1;   // closing it ends nccl-root
+    std::uint64_t prepare = 0;  // which Prepare a pending nccl-root answer belongs to
+    bool launching = false;     // its ranks are being started on the launch thread
     bool killing = false;
+    Duration kill_grace{0};     // a kill asked for while launching, done once started
+    bool verifying = false;     // looking for what is left of it (finish_kill)
     std::unique_ptr<net::Timer> kill_timer;
     std::vector<int> gpus;
+  };
+  struct NcclRootAnswer {
+    std::string id;
+    std::string error;
   };
 
   void connect();
@@ -77,24 +93,30 @@ class Agent {
   void on_log_request(const protocol::LogRequest& m);
   void on_ack(const protocol::Ack& m);
 
-  void launch_failed(const protocol::Launch& m, const std::string& reason);
+  // Runs `work` on a BlockingWork thread and `done` on the loop, after reaping what
+  // exited meanwhile (a command's exit may have held back the reaping of others).
+  template <class Work, class Done>
+  void offload(net::BlockingWork& pool, Work work, Done done);
+  void on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
+                           const NcclRootAnswer& answer);
+  void on_started(const Key& key, StartOutcome outcome);
+  void send_synced_when_ready();
   void reap();
   void rank_done(const Key& key, Rank& rank, int status);
   void kill_job(const Key& key, Duration grace);
+  void signal_ranks(const Key& key, Duration grace);
   void finish_kill(const Key& key);
   void verify_gone(const Key& key, int tries);
+  void on_swept(const Key& key, int tries, std::string left, const std::vector<pid_t>& killed);
+  void attempt_gone(const Key& key, const std::vector<std::string>& gpus_held);
   void remember_finished(const Key& key);
   void release_job_resources(Job& job);
-  // A rank of an attempt that was launched here before: how it ended, from the spool.
-  protocol::RankExited ended_before(model::JobId job, int attempt, int rank) const;
-  std::string log_path(model::JobId job, int attempt, int rank) const;
-  std::string marker_path(model::JobId job, int attempt, int rank) const;
   void kill_orphans();
-  Result<std::string> load_agent_id() const;
   void run_preflight();
 
   net::EventLoop& loop_;
   model::AgentConfig config_;
+  Spool spool_;
   protocol::Hello node_;
   AgentHooks hooks_;
   std::unique_ptr<net::WsClient> ws_;
@@ -115,6 +137,17 @@ class Agent {
   std::string agent_id_;             // CORRAL_AGENT_ID of the ranks started here
   std::string interface_;
   std::string health_error_;
+  bool preflight_running_ = false;
+  std::uint64_t prepares_ = 0;
+  // Launches on the launch thread: until they are back, Synced waits (the coordinator
+  // must hear of their ranks first), and exits of pids not known yet are kept.
+  int launches_in_flight_ = 0;
+  bool synced_pending_ = false;
+  std::map<pid_t, int> unclaimed_exits_;
+  // The launch thread alone looks users up and forks ranks; the others run commands,
+  // sweeps of /proc and waits. Declared last: destroyed first, so no result arrives late.
+  std::unique_ptr<net::BlockingWork> launcher_;
+  std::unique_ptr<net::BlockingWork> work_;
 };
 
 }  // namespace corral::agent

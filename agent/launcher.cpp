@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
 namespace corral::agent {
@@ -251,6 +253,20 @@ std::vector<pid_t> attempt_processes(long long job, int attempt, const std::stri
   ::closedir(dir);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::string process_start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return {};
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 > stat.size()) return {};
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return {};
 }
 
 std::string describe_status(int status) {

@@ -2,8 +2,9 @@
 // Starting and stopping processes for ranks: fork and exec in a new process group, as
 // the job's Unix user, with stdout and stderr in a log file. An exec that fails reports
 // why through a close-on-exec pipe, so a bad user, workdir or command is an error here
-// and not a mystery exit code. Called on the agent's loop thread (single-threaded, so
-// the child may allocate between fork and exec).
+// and not a mystery exit code. Called on the agent's launch thread: the only thread
+// that looks users up (NSS keeps locks a forked child could inherit held) and forks
+// ranks; glibc's fork keeps malloc usable in the child.
 
 #include <sys/types.h>
 
@@ -70,6 +71,10 @@ inline constexpr const char* kAgentIdVariable = "CORRAL_AGENT_ID";
 // root); skips the calling process. `proc` is the procfs root (tests point it elsewhere).
 std::vector<pid_t> attempt_processes(long long job, int attempt, const std::string& agent_id,
                                      const std::string& proc = "/proc");
+
+// The start time of a process (field 22 of /proc/PID/stat), to tell a pid from a reused
+// one; empty when there is no such process.
+std::string process_start_time(pid_t pid);
 
 // "exited with code 3" / "killed by signal 9 (Killed)" from a waitpid status.
 std::string describe_status(int status);

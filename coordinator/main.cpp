@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
+#include "common/core/files.hpp"
 #include "common/model/config.hpp"
 #include "common/net/pki.hpp"
 #include "common/net/server.hpp"
@@ -77,16 +79,11 @@ int issue_agent_cert(const std::string& dir, const std::string& node, const std:
   net::CertSpec spec{node, {}, false, true};
   auto r = net::issue_certificate(dir + "/ca.pem", dir + "/ca.key", out + "/" + node + ".pem", out + "/" + node + ".key", spec);
   if (!r) return fail(r.error().message());
-  // Beside it, then renamed over it: an agent starting meanwhile reads the old CA or the
-  // new one, never half of one.
-  std::string tmp = out + "/ca.pem.tmp." + std::to_string(::getpid());
-  fs::copy_file(dir + "/ca.pem", tmp, fs::copy_options::overwrite_existing, ec);
-  if (!ec) fs::rename(tmp, out + "/ca.pem", ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    return fail("cannot copy the CA certificate: " + ec.message());
-  }
+  // An agent starting meanwhile reads the old CA or the new one, never half of one.
+  std::ifstream ca_in(dir + "/ca.pem", std::ios::binary);
+  std::string ca_pem((std::istreambuf_iterator<char>(ca_in)), std::istreambuf_iterator<char>());
+  if (!ca_in.good() && !ca_in.eof()) return fail("cannot read " + dir + "/ca.pem");
+  if (auto w = write_file_atomically(out + "/ca.pem", ca_pem, 0644); !w) return fail(w.error().message());
   std::cerr << "corral-coordinator: wrote " << out << "/" << node << ".pem, " << node << ".key and ca.pem\n";
   return 0;
 }
@@ -110,13 +107,9 @@ int run(const std::string& config_path, const std::string& port_file) {
   auto server = net::Server::start(loop, opts, coordinator);
   if (!server) return fail(server.error().message());
   if (!port_file.empty()) {
-    std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::error_code ec;
-    fs::rename(tmp, port_file, ec);  // appears whole: scripts may poll for it
-    if (ec) {
-      fs::remove(tmp, ec);
-      return fail("cannot write --port-file " + port_file + ": " + ec.message(), 2);
+    // Appears whole: scripts may poll for it.
+    if (auto w = write_file_atomically(port_file, std::to_string((*server)->port()) + "\n", 0644); !w) {
+      return fail("--port-file: " + w.error().message(), 2);
     }
   }
   spdlog::info("corral-coordinator listening on {}:{} (database {})", config->listen_host, (*server)->port(),

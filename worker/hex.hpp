@@ -15,11 +15,12 @@
 
 namespace corral::worker {
 
-// NCCL_UNIQUE_ID_BYTES; worker/gpu checks it against nccl.h at compile time.
-inline constexpr std::size_t kNcclUniqueIdBytes = 128;
+// kNcclUniqueIdBytes is NCCL_UNIQUE_ID_BYTES; worker/gpu checks it against nccl.h at
+// compile time.
+using corral::kNcclUniqueIdBytes;
 using NcclUniqueIdBytes = std::array<std::uint8_t, kNcclUniqueIdBytes>;
 
-// CORRAL_NCCL_UNIQUE_ID's value: exactly 256 hex characters.
+// CORRAL_NCCL_UNIQUE_ID's value, as check_nccl_unique_id accepts it.
 [[nodiscard]] Result<NcclUniqueIdBytes> decode_nccl_unique_id(std::string_view text);
 
 }  // namespace corral::worker

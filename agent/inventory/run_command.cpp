@@ -4,6 +4,8 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -22,6 +24,15 @@ namespace corral::agent {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// The children run_command calls have started and not reaped yet (run_command_owns).
+std::mutex owned_mutex;
+std::set<pid_t> owned_pids;
+
+void disown(pid_t pid) {
+  std::lock_guard lock(owned_mutex);
+  owned_pids.erase(pid);
+}
 
 // How long to wait for a process group that was sent SIGKILL. A process stuck in the
 // kernel (a wedged GPU driver does that to nvidia-smi) may never die; the caller must
@@ -132,6 +143,9 @@ class Child {
   Child& operator=(const Child&) = delete;
   ~Child() {
     if (!reaped_) kill_group_and_reap();
+    // Reaped, or stuck in the kernel: whoever reaps the process's other children may
+    // reap this one when it finally goes.
+    disown(pid_);
   }
 
   int pidfd() const { return pidfd_.get(); }
@@ -256,9 +270,15 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Duration
   args.push_back(nullptr);
 
   pid_t pid = -1;
-  // glibc's posix_spawnp reports a failed exec as its return value (it waits for the
-  // exec in a vfork-style child), so a missing program is an error here, not exit 127.
-  const int rc = ::posix_spawnp(&pid, args[0], setup.actions(), setup.attr(), args.data(), environ);
+  int rc = 0;
+  {
+    // Started and registered under one lock: run_command_owns waits for both.
+    std::lock_guard lock(owned_mutex);
+    // glibc's posix_spawnp reports a failed exec as its return value (it waits for the
+    // exec in a vfork-style child), so a missing program is an error here, not exit 127.
+    rc = ::posix_spawnp(&pid, args[0], setup.actions(), setup.attr(), args.data(), environ);
+    if (rc == 0) owned_pids.insert(pid);
+  }
   if (rc != 0) {
     if (rc == ENOENT || rc == ENOTDIR) {
       return make_error(ErrorCode::NotFound, what + ": program not found: " + argv.front());
@@ -342,6 +362,11 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Duration
     result.exit_code = WEXITSTATUS(status);
   }
   return result;
+}
+
+bool run_command_owns(pid_t pid) {
+  std::lock_guard lock(owned_mutex);
+  return owned_pids.contains(pid);
 }
 
 }  // namespace corral::agent

@@ -1,7 +1,9 @@
 #pragma once
 // Runs a short-lived program (nvidia-smi and the like) to completion and captures what
-// it prints. Blocking and single-threaded: call it from a thread that may wait up to the
-// timeout, never from the event loop.
+// it prints. Blocking: call it from a thread that may wait up to the timeout (the
+// agent's BlockingWork), never from the event loop. Thread-safe.
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <string>
@@ -36,5 +38,12 @@ struct CommandOutput {
 // program cannot fill memory); Internal when a system call fails.
 [[nodiscard]] Result<CommandOutput> run_command(const std::vector<std::string>& argv, Duration timeout,
                                                 std::size_t max_output_bytes = std::size_t{1} << 20);
+
+// Whether `pid` is a child that a run_command call in progress started and reaps itself.
+// A process that reaps its other children with waitpid(-1) while run_command runs on
+// another thread (the agent, a child subreaper) must leave these alone, or the command's
+// exit status is lost. Waits while a call is starting its child, so that the answer holds
+// for a child that has exited already.
+bool run_command_owns(pid_t pid);
 
 }  // namespace corral::agent

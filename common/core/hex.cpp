@@ -42,4 +42,18 @@ Result<std::vector<std::uint8_t>> hex_decode(std::string_view text) {
   return out;
 }
 
+Result<void> check_nccl_unique_id(std::string_view text) {
+  if (text.size() != 2 * kNcclUniqueIdBytes) {
+    return make_error(ErrorCode::InvalidArgument, "an NCCL unique ID has " + std::to_string(2 * kNcclUniqueIdBytes) +
+                                                      " hex characters, not " + std::to_string(text.size()));
+  }
+  auto bad = text.find_first_not_of("0123456789abcdef");
+  if (bad != std::string_view::npos) {
+    return make_error(ErrorCode::InvalidArgument, "an NCCL unique ID is lowercase hex; it has " +
+                                                      quote_for_message(text.substr(bad, 1)) + " at position " +
+                                                      std::to_string(bad));
+  }
+  return {};
+}
+
 }  // namespace corral

@@ -1,5 +1,6 @@
 #include "common/net/pki.hpp"
 
+#include "common/core/files.hpp"
 #include "common/core/hex.hpp"
 
 #include <fcntl.h>
@@ -50,45 +51,25 @@ Result<PKey> new_key() {
   return key;
 }
 
-// Replaces `path` with what `write` puts in a FILE*, with `mode`, atomically: written to a
-// temporary file beside it, synced, then renamed over it, so a process reading the path
-// (an agent starting while its next certificate is issued) sees the old file or the new
-// one, never half of one.
+// Replaces `path` with the PEM that `write` puts in a memory BIO, atomically (an agent
+// starting while its next certificate is issued sees the old file or the new one).
 template <typename Write>
-Result<void> write_atomically(const std::string& path, mode_t mode, const std::string& what, Write&& write) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + std::strerror(errno));
-  ::fchmod(fd, mode);
-  FILE* f = ::fdopen(fd, "w");
-  if (!f) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return make_error(ErrorCode::Unavailable, "cannot write " + path);
-  }
-  bool ok = write(f);
-  ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && ok;
-  bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    ::unlink(tmp.c_str());
-    return make_error(ErrorCode::Internal, openssl_error("cannot write " + what + " " + path));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + why);
-  }
-  return {};
+Result<void> write_pem(const std::string& path, mode_t mode, const std::string& what, Write&& write) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  if (!bio || !write(bio.get())) return make_error(ErrorCode::Internal, openssl_error("cannot encode " + what + " " + path));
+  char* data = nullptr;
+  long size = BIO_get_mem_data(bio.get(), &data);
+  return write_file_atomically(path, std::string_view(data, static_cast<std::size_t>(size)), mode);
 }
 
 Result<void> write_key(const std::string& path, EVP_PKEY* key) {
-  return write_atomically(path, 0600, "key", [&](FILE* f) {
-    return PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  return write_pem(path, 0600, "key", [&](BIO* b) {
+    return PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
   });
 }
 
 Result<void> write_cert(const std::string& path, X509* cert) {
-  return write_atomically(path, 0644, "certificate", [&](FILE* f) { return PEM_write_X509(f, cert) == 1; });
+  return write_pem(path, 0644, "certificate", [&](BIO* b) { return PEM_write_bio_X509(b, cert) == 1; });
 }
 
 Result<Cert> read_cert(const std::string& path) {

@@ -1,5 +1,7 @@
 #include "common/protocol/codec.hpp"
 
+#include "common/core/hex.hpp"
+
 #include "common/protocol/json_reader.hpp"
 #include "common/protocol/model_json.hpp"
 
@@ -204,9 +206,8 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.port_busy = r.boolean("port_busy", false);
     m.master_port = r.i32("master_port", 1, 65535);
     m.nccl_id = r.str("nccl_id", 256, "");
-    if (r.ok() && !m.nccl_id.empty() &&
-        (m.nccl_id.size() != 256 || m.nccl_id.find_first_not_of("0123456789abcdef") != std::string::npos)) {
-      r.fail("nccl_id", "must be 256 lowercase hex characters");
+    if (auto id = check_nccl_unique_id(m.nccl_id); r.ok() && !m.nccl_id.empty() && !id) {
+      r.fail("nccl_id", id.error().message());
     }
     m.error = r.str("error", 4096, "");
     out = std::move(m);
@@ -299,6 +300,9 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     m.master_addr = r.str("master_addr", kMaxName);
     m.master_port = r.i32("master_port", 1, 65535);
     m.nccl_id = r.str("nccl_id", 256, "");
+    if (auto id = check_nccl_unique_id(m.nccl_id); r.ok() && !m.nccl_id.empty() && !id) {
+      r.fail("nccl_id", id.error().message());
+    }
     std::string visibility = r.str("gpu_visibility", 8, "node");
     if (visibility != "node" && visibility != "rank") r.fail(r.child_path("gpu_visibility"), "must be node or rank");
     m.gpus_per_rank = visibility == "rank";

@@ -1,5 +1,7 @@
 #include "coordinator/ledger/ledger.hpp"
 
+#include "common/core/hex.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -723,7 +725,7 @@ void Ledger::on_prepare_result(const std::string& node, const protocol::PrepareR
   }
   TimePoint now = now_;
   if (m.ok) {
-    if (job->spec.mode == model::LaunchMode::Nccl && m.nccl_id.size() != 256) {
+    if (job->spec.mode == model::LaunchMode::Nccl && !check_nccl_unique_id(m.nccl_id)) {
       sched::EventInfo info{std::nullopt, node, std::nullopt, "the rank-0 agent sent no NCCL unique ID"};
       auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
       if (r) apply(*r);

@@ -141,7 +141,15 @@ TEST_F(MixedClasses, ManyJobsAtOnceNeverMixClassesNorShareAGpuOrPortAndAllComple
                    Json{{"spec", job_spec(kTcpCheck, "{gpus_per_node: 4}")}, {"file", "job.yaml"}}.dump());
   EXPECT_EQ(four.status, 422) << four.body;
 
-  const std::string command = "\"sleep 0.3 && exec " CORRAL_WORKER_BIN " tcp-check\"";
+  // Each rank writes when it began and when its processes were done, so that what a GPU
+  // served can be checked rank by rank: a job's GPUs on one node are free once that
+  // node's ranks are confirmed dead, while the job may still wait for another node.
+  const std::string spans = dir_.file("spans");
+  const std::string script = dir_.file("rank.sh");
+  std::ofstream(script) << "echo \"$CORRAL_JOB_ID $RANK begin $(date +%s%N)\" >> " << spans << "\n"
+                        << "sleep 0.3\n" CORRAL_WORKER_BIN " tcp-check\nrc=$?\n"
+                        << "echo \"$CORRAL_JOB_ID $RANK end $(date +%s%N)\" >> " << spans << "\nexit $rc\n";
+  const std::string command = "[/bin/sh, " + script + "]";
   std::vector<model::JobId> ids;
   for (int i = 0; i < 4; ++i) {
     ids.push_back(submit(job_spec(command, "{nodes: 2, gpus_per_node: 2}")));
@@ -183,19 +191,47 @@ TEST_F(MixedClasses, ManyJobsAtOnceNeverMixClassesNorShareAGpuOrPortAndAllComple
     EXPECT_EQ(gpus[k].size(), j["gpus"].get<std::size_t>()) << j.dump();
     EXPECT_EQ(j["master_addr"], address_of(j["ranks"][0]["node"]));
   }
-  // Jobs that ran at the same time held different GPUs and master ports. Times are
-  // RFC 3339 with milliseconds, so they compare as strings.
+  // Ranks that ran at the same time held different GPUs.
+  std::map<std::pair<long long, int>, std::pair<long long, long long>> span;  // (job, rank) -> [begin, end] ns
+  std::ifstream in(spans);
+  long long job = 0;
+  int rank = 0;
+  std::string what;
+  long long at = 0;
+  while (in >> job >> rank >> what >> at) (what == "begin" ? span[{job, rank}].first : span[{job, rank}].second) = at;
+  struct Held {
+    long long job;
+    int rank;
+    long long begin;
+    long long end;
+  };
+  std::map<std::string, std::vector<Held>> held;  // GPU uuid -> the ranks that held it
+  for (const auto& j : done) {
+    for (const auto& r : j["ranks"]) {
+      auto s = span.at({j["id"].get<long long>(), r["rank"].get<int>()});
+      ASSERT_GT(s.second, 0) << "job " << j["id"] << " rank " << r["rank"] << " wrote no end";
+      for (const auto& uuid : r["gpu_uuids"]) held[uuid].push_back({j["id"], r["rank"], s.first, s.second});
+    }
+  }
   int overlapping = 0;
+  for (const auto& [uuid, ranks] : held) {
+    for (std::size_t a = 0; a < ranks.size(); ++a) {
+      for (std::size_t b = a + 1; b < ranks.size(); ++b) {
+        EXPECT_FALSE(ranks[a].begin < ranks[b].end && ranks[b].begin < ranks[a].end)
+            << "job " << ranks[a].job << " rank " << ranks[a].rank << " and job " << ranks[b].job << " rank "
+            << ranks[b].rank << " both held " << uuid << " at once";
+      }
+    }
+  }
+  // Jobs that ran at the same time held different master ports (a port is held until
+  // the whole attempt is gone, so the jobs' own times tell). Times are RFC 3339 with
+  // milliseconds, so they compare as strings.
   for (std::size_t a = 0; a < done.size(); ++a) {
     for (std::size_t b = a + 1; b < done.size(); ++b) {
       const Json& x = done[a];
       const Json& y = done[b];
       if (!(x["started_at"] < y["ended_at"] && y["started_at"] < x["ended_at"])) continue;
       ++overlapping;
-      for (const auto& uuid : gpus[a]) {
-        EXPECT_FALSE(gpus[b].contains(uuid))
-            << "jobs " << x["id"] << " and " << y["id"] << " both held " << uuid;
-      }
       EXPECT_FALSE(x["master_addr"] == y["master_addr"] && x["master_port"] == y["master_port"])
           << "jobs " << x["id"] << " and " << y["id"] << " both held " << x["master_addr"] << ":"
           << x["master_port"];

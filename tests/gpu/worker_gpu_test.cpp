@@ -127,7 +127,7 @@ TEST(NcclCheck, RefusesAMalformedUniqueId) {
   env["CORRAL_NCCL_UNIQUE_ID"] = "abc";
   Finished f = WorkerProcess({"nccl-check"}, env).finish();
   EXPECT_EQ(f.exit_code, 3);
-  EXPECT_EQ(report(f)["error"], "CORRAL_NCCL_UNIQUE_ID has 3 characters, not 256");
+  EXPECT_EQ(report(f)["error"], "CORRAL_NCCL_UNIQUE_ID: an NCCL unique ID has 256 hex characters, not 3");
 }
 
 }  // namespace

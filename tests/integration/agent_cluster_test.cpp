@@ -217,6 +217,75 @@ TEST_F(AgentClusterTest, AnAgentStartedBeforeItsCaIsInPlaceJoinsOnceItIs) {
   c.stop();
 }
 
+TEST_F(AgentClusterTest, AnAgentWhoseNvidiaSmiAndPreflightHangForAMinuteKeepsItsNodeAndItsJob) {
+  // Only the node under test takes the job.
+  a_->stop();
+  b_->stop();
+  // nvidia-smi answers from a recorded RTX 4090 workstation, and corral-worker preflight
+  // passes, until `slow` exists: then each call says so in `hung` and takes a minute.
+  const std::string data = CORRAL_NVIDIA_SMI_DATA "/rtx4090-workstation";
+  const std::string slow = dir_.file("slow");
+  const std::string hung = dir_.file("hung");
+  const std::string smi = dir_.file("nvidia-smi");
+  const std::string worker = dir_.file("worker");
+  std::ofstream(smi) << "#!/bin/sh\n"
+                     << "if [ -e " << slow << " ]; then echo \"nvidia-smi $$\" >> " << hung << "; sleep 60; fi\n"
+                     << "case \"$1\" in\n"
+                     << "  --query-gpu=*) cat " << data << "/query_gpu.csv ;;\n"
+                     << "  --query-compute-apps=*) ;;\n"
+                     << "  topo) cat " << data << "/topo_m.txt ;;\n"
+                     << "  *) cat " << data << "/nvidia_smi.txt ;;\n"
+                     << "esac\n";
+  std::ofstream(worker) << "#!/bin/sh\n"
+                        << "if [ \"$1\" = preflight ]; then\n"
+                        << "  if [ -e " << slow << " ]; then echo \"preflight $$\" >> " << hung << "; sleep 60; fi\n"
+                        << "  exit 0\n"
+                        << "fi\n"
+                        << "exec " CORRAL_WORKER_BIN " \"$@\"\n";
+  for (const auto& f : {smi, worker}) std::filesystem::permissions(f, std::filesystem::perms::owner_all);
+  AgentProcess n(coord_, dir_, "gpu-n", "");
+  n.configure("nvidia_smi: " + smi + "\nworker: " + worker + "\npreflight_interval: 200ms");
+  ASSERT_TRUE(n.start());
+
+  model::JobId id = submit("name: t\ncommand: [sleep, '300']\nresources: {gpus: 1}\n");
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::ofstream(slow) << "1\n";
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(hung); }, 5s)) << "no preflight ran";
+
+  // For four node timeouts while it hangs: the node stays up with its heartbeats coming,
+  // the job runs, and the agent answers a log request at once.
+  std::set<std::string> heartbeats;
+  auto until = std::chrono::steady_clock::now() + 4 * CoordinatorProcess::kNodeTimeout;
+  while (std::chrono::steady_clock::now() < until) {
+    for (const auto& node : Json::parse(call("GET", "/v1/nodes").body)) {
+      if (node["name"] != "gpu-n") continue;
+      EXPECT_EQ(node["state"], "up") << node.dump();
+      EXPECT_TRUE(node["connected"].get<bool>()) << node.dump();
+      heartbeats.insert(node["last_seen"].dump());
+    }
+    EXPECT_EQ(job(id)["state"], "RUNNING");
+    auto asked = std::chrono::steady_clock::now();
+    log(id, 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, 1s) << "the agent answered a log request late";
+    std::this_thread::sleep_for(200ms);  // sampling over the period, not waiting for an event
+  }
+  EXPECT_GE(heartbeats.size(), 5u) << "the node's last_seen stopped advancing";
+  // The checks were still hanging all along: none of it was waited for.
+  std::ifstream in(hung);
+  std::string what;
+  pid_t pid = 0;
+  std::vector<pid_t> hanging;
+  while (in >> what >> pid) hanging.push_back(pid);
+  ASSERT_FALSE(hanging.empty());
+  EXPECT_TRUE(running(hanging.front())) << "the first hung check ended: the test proved nothing";
+
+  std::filesystem::remove(slow);
+  call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel");
+  EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
+  for (pid_t p : hanging) ::kill(-p, SIGKILL);  // each in its own process group
+  n.stop();
+}
+
 TEST_F(AgentClusterTest, AFailingRankTakesTheGangDownWithNoProcessLeft) {
   std::string go = dir_.file("go");
   model::JobId id = submit(two_node("\"if [ $RANK = 3 ]; then while [ ! -e " + go +

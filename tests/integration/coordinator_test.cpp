@@ -148,7 +148,7 @@ TEST_F(CoordinatorTest, APortFileThatCannotBeWrittenIsAClearErrorNotACrash) {
   ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 2);
   bool said = false;
-  for (const auto& line : c.lines()) said = said || line.find("cannot write --port-file /nonexistent/corral/port") != std::string::npos;
+  for (const auto& line : c.lines()) said = said || line.find("--port-file: cannot write /nonexistent/corral/port") != std::string::npos;
   EXPECT_TRUE(said);
 }
 

@@ -116,8 +116,8 @@ inline std::string test_port_range() {
 }
 
 #ifdef CORRAL_AGENT_BIN
-// A real corral-agent with a simulated inventory, joined to `coordinator`; it runs where
-// `where` says and advertises that address.
+// A real corral-agent with a simulated inventory (or, with no `sim_file`, nvidia-smi's),
+// joined to `coordinator`; it runs where `where` says and advertises that address.
 class AgentProcess {
  public:
   AgentProcess(CoordinatorProcess& coordinator, const TempDir& dir, std::string node, std::string sim_file,
@@ -128,12 +128,23 @@ class AgentProcess {
     std::ofstream(config_) << "node: " << node_ << "\ncoordinator: " << coordinator.url() << "\nca: " << certs
                            << "/ca.pem\ncert: " << certs << "/" << node_ << ".pem\nkey: " << certs << "/" << node_
                            << ".key\nspool: " << spool_ << "\nadvertise: " << where_.address << "\nports: " << ports
-                           << "\nsimulate: " << sim_file << "\nallow_root_jobs: true\nworker: " CORRAL_WORKER_BIN
-                           << "\nreconnect_max_backoff: 500ms\n";
+                           << "\nallow_root_jobs: true\nreconnect_max_backoff: 500ms\n";
+    if (!sim_file.empty()) configure("simulate: " + sim_file);
+  }
+
+  // Adds lines to the agent's config (before start()); a key given here replaces the
+  // default worker.
+  void configure(const std::string& lines) {
+    std::ofstream(config_, std::ios::app) << lines << "\n";
+    if (lines.find("worker:") != std::string::npos) custom_worker_ = true;
   }
 
   // Starts the agent; true once the coordinator has welcomed it (or at once, if not `welcomed`).
   bool start(bool welcomed = true) {
+    if (!custom_worker_) {
+      configure("worker: " CORRAL_WORKER_BIN);
+      custom_worker_ = true;
+    }
     if (!child_.start(placed(where_, {CORRAL_AGENT_BIN, "--config", config_}))) return false;
     return !welcomed || child_.wait_for_line("welcomed by the coordinator");
   }
@@ -153,6 +164,7 @@ class AgentProcess {
   std::string config_;
   std::string spool_;
   Placement where_;
+  bool custom_worker_ = false;
   Child child_;
 };
 #endif

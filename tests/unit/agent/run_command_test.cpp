@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <atomic>
+#include <thread>
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -37,6 +39,33 @@ bool process_gone(pid_t pid) {
 
 std::filesystem::path temp_file(const std::string& name) {
   return std::filesystem::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
+}
+
+TEST(RunCommand, AThreadReapingEveryOtherChildLeavesTheCommandsChildAlone) {
+  // The agent's loop reaps its children with waitid(P_ALL) while commands run on other
+  // threads; it skips what run_command_owns says is a command's.
+  std::atomic<bool> stop{false};
+  std::atomic<int> stolen{0};
+  std::thread reaper([&] {
+    while (!stop) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0 &&
+          !run_command_owns(info.si_pid)) {
+        int status = 0;
+        if (::waitpid(info.si_pid, &status, WNOHANG) == info.si_pid) ++stolen;
+      }
+      std::this_thread::yield();
+    }
+  });
+  int right = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto r = run_command({"/bin/sh", "-c", "exit 3"}, kGenerous);
+    right += r && r->exit_code == 3;
+  }
+  stop = true;
+  reaper.join();
+  EXPECT_EQ(right, 50);
+  EXPECT_EQ(stolen.load(), 0);
 }
 
 TEST(RunCommand, CapturesTheStdoutOfEcho) {

@@ -88,7 +88,7 @@ TEST(Codec, RejectionsNameTheField) {
       {R"({"type":"rank_started","job":"1","attempt":0,"rank":0,"pid":5})", "rank_started: job: must be an integer"},
       {R"({"type":"rank_exited","job":1,"attempt":0,"rank":0,"exit_code":0})", "rank_exited: signal: required field is missing"},
       {R"({"type":"prepare_result","job":1,"attempt":0,"ok":true,"master_port":29500,"nccl_id":"xyz"})",
-       "prepare_result: nccl_id: must be 256 lowercase hex characters"},
+       "prepare_result: nccl_id: an NCCL unique ID has 256 hex characters, not 3"},
       {R"({"type":"hello","version":1,"node":"a","address":"x","ports":[2,1],"simulated":false,"cuda":"12.4","gpus":[],"running":[]})",
        "hello: ports: must be [first, last] with first <= last"},
       {R"({"type":"hello","version":1,"node":"a","address":"x","ports":[1,2],"simulated":false,"cuda":"12.4","gpus":[{"index":0}],"running":[]})",

@@ -37,11 +37,11 @@ TEST(NcclUniqueId, RoundTripsThroughItsEnvironmentForm) {
 
 TEST(NcclUniqueId, RefusesTheWrongLengthOrCharacters) {
   EXPECT_EQ(decode_nccl_unique_id(std::string(254, 'a')).error().message(),
-            "CORRAL_NCCL_UNIQUE_ID has 254 characters, not 256");
+            "CORRAL_NCCL_UNIQUE_ID: an NCCL unique ID has 256 hex characters, not 254");
   std::string bad(256, '0');
   bad[10] = 'z';
   EXPECT_EQ(decode_nccl_unique_id(bad).error().message(),
-            "CORRAL_NCCL_UNIQUE_ID: hex text has \"z\" at position 10");
+            "CORRAL_NCCL_UNIQUE_ID: an NCCL unique ID is lowercase hex; it has \"z\" at position 10");
 }
 
 }  // namespace

@@ -1,0 +1,100 @@
+#include "agent/spool.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "agent/launcher.hpp"
+#include "common/core/files.hpp"
+
+namespace corral::agent {
+
+namespace fs = std::filesystem;
+
+std::string Spool::attempt_dir(model::JobId job, int attempt) const {
+  return root_ + "/jobs/" + std::to_string(job) + "/" + std::to_string(attempt);
+}
+
+std::string Spool::log_path(model::JobId job, int attempt, int rank) const {
+  return attempt_dir(job, attempt) + "/rank-" + std::to_string(rank) + ".log";
+}
+
+std::string Spool::marker_path(model::JobId job, int attempt, int rank) const {
+  return root_ + "/running/" + std::to_string(job) + "-" + std::to_string(attempt) + "-" + std::to_string(rank);
+}
+
+Result<void> Spool::create() const {
+  for (const char* sub : {"/jobs", "/running"}) {
+    std::error_code ec;
+    fs::create_directories(root_ + sub, ec);
+    if (ec) return make_error(ErrorCode::Unavailable, "cannot create spool " + root_ + sub + ": " + ec.message());
+  }
+  return {};
+}
+
+Result<std::string> Spool::agent_id() const {
+  std::string path = root_ + "/agent-id";
+  std::string id;
+  std::ifstream(path) >> id;
+  if (id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos) return id;
+  std::random_device rd;
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  id = buf;
+  if (auto w = write_file_atomically(path, id + "\n", 0644); !w) return std::unexpected(w.error());
+  return id;
+}
+
+void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid) const {
+  std::ofstream(marker_path(job, attempt, rank)) << pid << " " << process_start_time(pid) << "\n";
+}
+
+void Spool::clear_running(model::JobId job, int attempt, int rank) const {
+  std::error_code ec;
+  fs::remove(marker_path(job, attempt, rank), ec);
+}
+
+void Spool::record_exit(const protocol::RankExited& m) const {
+  std::ofstream(log_path(m.job, m.attempt, m.rank) + ".exit") << m.exit_code << " " << m.signal << "\n"
+                                                              << m.reason << "\n";
+}
+
+bool Spool::started_before(model::JobId job, int attempt, int rank) const {
+  std::error_code ec;
+  return fs::exists(log_path(job, attempt, rank), ec);
+}
+
+protocol::RankExited Spool::ended_before(model::JobId job, int attempt, int rank) const {
+  protocol::RankExited m{job, attempt, rank, -1, 0,
+                         "started on this node before and not running now; its end is unknown (the agent restarted)",
+                         false};
+  std::ifstream in(log_path(job, attempt, rank) + ".exit");
+  int code = 0;
+  int signal = 0;
+  if (in >> code >> signal) {
+    m.exit_code = code;
+    m.signal = signal;
+    std::getline(in >> std::ws, m.reason);
+  }
+  return m;
+}
+
+std::vector<Spool::Leftover> Spool::take_leftovers() const {
+  std::vector<Leftover> left;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_ + "/running", ec)) {
+    Leftover l;
+    l.marker = entry.path().filename().string();
+    std::ifstream(entry.path()) >> l.pid >> l.start_time;
+    fs::remove(entry.path(), ec);
+    long long job = 0;
+    char rest = 0;
+    l.named = std::sscanf(l.marker.c_str(), "%lld-%d-%d%c", &job, &l.attempt, &l.rank, &rest) == 3 && job > 0;
+    l.job = job;
+    left.push_back(std::move(l));
+  }
+  return left;
+}
+
+}  // namespace corral::agent

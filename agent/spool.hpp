@@ -1,0 +1,62 @@
+#pragma once
+// Spool: the agent's folder on disk, which outlives the agent process. It holds each
+// rank's log and, beside it, how the rank ended (`rank-R.log.exit`); a marker per running
+// rank (`running/JOB-ATTEMPT-RANK`: pid and start time), so that the next agent process
+// finds what this one left; and the agent's id. Plain file operations, safe on any
+// thread; the paths are fixed at construction.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/core/error.hpp"
+#include "common/model/job.hpp"
+#include "common/protocol/messages.hpp"
+
+namespace corral::agent {
+
+class Spool {
+ public:
+  explicit Spool(std::string root) : root_(std::move(root)) {}
+
+  const std::string& root() const { return root_; }
+  std::string attempt_dir(model::JobId job, int attempt) const;
+  std::string log_path(model::JobId job, int attempt, int rank) const;
+
+  // Creates the folders; Unavailable naming the folder when it cannot.
+  Result<void> create() const;
+  // The id kept in the spool, made (and written atomically) on first use.
+  Result<std::string> agent_id() const;
+
+  // A started rank: its marker names its pid and the pid's start time.
+  void mark_running(model::JobId job, int attempt, int rank, pid_t pid) const;
+  void clear_running(model::JobId job, int attempt, int rank) const;
+
+  // How a rank ended, kept beside its log so that an agent restarted before the report
+  // was acknowledged can still say it.
+  void record_exit(const protocol::RankExited& m) const;
+  // A rank of an attempt that was launched here before: how it ended, from the spool.
+  protocol::RankExited ended_before(model::JobId job, int attempt, int rank) const;
+  // Whether this rank was ever started here (its log exists).
+  bool started_before(model::JobId job, int attempt, int rank) const;
+
+  // The ranks an earlier agent process marked running; their markers are removed.
+  struct Leftover {
+    model::JobId job = 0;
+    int attempt = 0;
+    int rank = 0;
+    bool named = false;   // the marker's name parsed as JOB-ATTEMPT-RANK
+    std::string marker;   // the marker's file name
+    pid_t pid = 0;
+    std::string start_time;
+  };
+  std::vector<Leftover> take_leftovers() const;
+
+ private:
+  std::string marker_path(model::JobId job, int attempt, int rank) const;
+
+  std::string root_;
+};
+
+}  // namespace corral::agent

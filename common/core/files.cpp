@@ -1,0 +1,43 @@
+#include "common/core/files.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace corral {
+
+Result<void> write_file_atomically(const std::string& path, std::string_view content, mode_t mode) {
+  auto failed = [&](const std::string& tmp, int err) -> Result<void> {
+    if (!tmp.empty()) ::unlink(tmp.c_str());
+    return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + std::strerror(err));
+  };
+  // Unique per process: two writers of the same path never share a temporary file.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return failed("", errno);
+  ::fchmod(fd, mode);  // whatever the umask
+  std::size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      return failed(tmp, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    return failed(tmp, err);
+  }
+  if (::close(fd) != 0) return failed(tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return failed(tmp, errno);
+  return {};
+}
+
+}  // namespace corral

@@ -1,0 +1,70 @@
+#include "agent/spool.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/temp_dir.hpp"
+
+namespace corral::agent {
+namespace {
+
+TEST(Spool, KeepsItsAgentIdAcrossProcesses) {
+  testing::TempDir dir;
+  Spool spool(dir.file("spool"));
+  ASSERT_TRUE(spool.create());
+  auto first = spool.agent_id();
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_EQ(first->size(), 32u);
+  EXPECT_EQ(Spool(dir.file("spool")).agent_id().value(), *first);
+}
+
+TEST(Spool, ARunningMarkerIsLeftForTheNextAgentWithThePidsStartTime) {
+  testing::TempDir dir;
+  Spool spool(dir.file("spool"));
+  ASSERT_TRUE(spool.create());
+  spool.mark_running(12, 1, 3, ::getpid());
+  spool.mark_running(12, 1, 4, ::getpid());
+  spool.clear_running(12, 1, 4);
+  auto left = spool.take_leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_TRUE(left[0].named);
+  EXPECT_EQ(left[0].job, 12);
+  EXPECT_EQ(left[0].attempt, 1);
+  EXPECT_EQ(left[0].rank, 3);
+  EXPECT_EQ(left[0].pid, ::getpid());
+  EXPECT_FALSE(left[0].start_time.empty());
+  EXPECT_TRUE(spool.take_leftovers().empty()) << "markers are taken once";
+}
+
+TEST(Spool, SaysHowARankEndedOrThatItsEndIsUnknown) {
+  testing::TempDir dir;
+  Spool spool(dir.file("spool"));
+  ASSERT_TRUE(spool.create());
+  std::filesystem::create_directories(spool.attempt_dir(5, 0));
+  EXPECT_FALSE(spool.started_before(5, 0, 1));
+  std::ofstream(spool.log_path(5, 0, 1)) << "hello\n";
+  EXPECT_TRUE(spool.started_before(5, 0, 1));
+  auto unknown = spool.ended_before(5, 0, 1);
+  EXPECT_EQ(unknown.exit_code, -1);
+  EXPECT_NE(unknown.reason.find("its end is unknown"), std::string::npos) << unknown.reason;
+  spool.record_exit(protocol::RankExited{5, 0, 1, 0, SIGKILL, "killed by signal 9 (Killed)", false});
+  auto known = spool.ended_before(5, 0, 1);
+  EXPECT_EQ(known.signal, SIGKILL);
+  EXPECT_EQ(known.reason, "killed by signal 9 (Killed)");
+}
+
+TEST(Spool, NamesTheFolderItCannotCreate) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("file")) << "x";
+  auto made = Spool(dir.file("file") + "/spool").create();
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().message().find("cannot create spool " + dir.file("file") + "/spool/jobs"), std::string::npos)
+      << made.error().message();
+}
+
+}  // namespace
+}  // namespace corral::agent
