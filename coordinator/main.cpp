@@ -2,7 +2,11 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -88,11 +92,21 @@ int issue_agent_cert(const std::string& dir, const std::string& node, const std:
   return 0;
 }
 
+// Every connection is a descriptor: the soft limit (1024 by default) goes up to the hard
+// one, so clients' and agents' connections fit (max_connections plus one per agent).
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) spdlog::warn("cannot raise the open file limit: {}", std::strerror(errno));
+}
+
 int run(const std::string& config_path, const std::string& port_file) {
   auto config = model::load_coordinator_config(config_path);
   if (!config) return fail(config.error().message(), 2);
   auto db = open_store(config->database_path());
   if (!db) return fail(db.error().message());
+  raise_open_file_limit();
   net::EventLoop loop;
   SystemClock clock;
   service::Coordinator coordinator(loop, clock, **db, *config);
@@ -103,6 +117,7 @@ int run(const std::string& config_path, const std::string& port_file) {
   opts.tls = {config->state_dir + "/ca.pem", config->state_dir + "/server.pem", config->state_dir + "/server.key"};
   opts.max_body_bytes = config->max_request_bytes;
   opts.max_connections = config->max_connections;
+  opts.max_connections_per_address = config->max_connections_per_address;
   opts.ws_idle_timeout = config->node_timeout;
   auto server = net::Server::start(loop, opts, coordinator);
   if (!server) return fail(server.error().message());

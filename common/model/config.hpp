@@ -22,7 +22,8 @@ struct CoordinatorConfig {
   Duration kill_grace = std::chrono::seconds(10);
   Duration schedule_interval = std::chrono::seconds(1);
   Duration fair_share_half_life = std::chrono::hours(24);
-  std::size_t max_connections = 512;
+  std::size_t max_connections = 512;              // clients' connections (agents' links are apart)
+  std::size_t max_connections_per_address = 64;
   std::size_t max_request_bytes = 1024 * 1024;
   bool public_status = true;                   // status page and /metrics without a token
 

@@ -192,6 +192,7 @@ Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::s
   f.key("schedule_interval", duration_into(c.schedule_interval));
   f.key("fair_share_half_life", duration_into(c.fair_share_half_life));
   f.key("max_connections", int_into(c.max_connections, 1, 100000));
+  f.key("max_connections_per_address", int_into(c.max_connections_per_address, 1, 100000));
   f.key("max_request_bytes", int_into(c.max_request_bytes, 1024, 64LL * 1024 * 1024));
   f.key("public_status", bool_into(c.public_status));
   if (auto r = f.parse(yaml); !r) return std::unexpected(r.error());

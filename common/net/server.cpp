@@ -8,8 +8,11 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <list>
 #include <set>
+#include <unordered_map>
 
 #include "common/net/asio_access.hpp"
 #include "common/net/tls_util.hpp"
@@ -30,18 +33,36 @@ struct Closable {
   virtual void force_close() = 0;
 };
 
+// An HTTP connection's place in the server's budget: counted (in total and for its client
+// address) from accept until it is closed or becomes an agent's WebSocket, and on the
+// waiting list while it waits for its peer.
+struct Slot : Closable {
+  std::string address;
+  bool counted = false;
+  bool waiting = false;
+  std::list<std::weak_ptr<Slot>>::iterator waiting_at;
+};
+
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io_context, ServerOptions opts, ServerHandler& h)
-      : io(io_context), acceptor(io_context), options(std::move(opts)), handler(h) {}
+      : io(io_context), acceptor(io_context), accept_retry(io_context), options(std::move(opts)), handler(h) {}
 
   void accept();
 
   asio::io_context& io;
   tcp::acceptor acceptor;
+  asio::steady_timer accept_retry;
   std::shared_ptr<ssl::context> tls;
   ServerOptions options;
   ServerHandler& handler;
-  std::size_t live = 0;
+  std::size_t live = 0;         // every session, HTTP and WebSocket
+  std::size_t http_live = 0;    // counted HTTP sessions
+  std::size_t agents_live = 0;  // WebSocket sessions
+  std::unordered_map<std::string, std::size_t> per_address;
+  // HTTP sessions waiting for their peer, longest first: the ones closed for a newcomer.
+  std::list<std::weak_ptr<Slot>> waiting;
+  std::uint64_t evicted = 0;
+  std::uint64_t refused = 0;
   bool stopped = false;
   // Every live session, to close at stop(); expired entries are swept as it grows.
   std::set<std::weak_ptr<Closable>, std::owner_less<std::weak_ptr<Closable>>> sessions;
@@ -54,6 +75,56 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       sweep_at = std::max<std::size_t>(64, 2 * sessions.size());
     }
   }
+
+  void count(Slot& slot) {
+    slot.counted = true;
+    ++http_live;
+    ++per_address[slot.address];
+  }
+
+  // The slot leaves the budget: closed, evicted, or an agent's WebSocket now.
+  void release(Slot& slot) {
+    stop_waiting(slot);
+    if (!slot.counted) return;
+    slot.counted = false;
+    --http_live;
+    if (auto it = per_address.find(slot.address); it != per_address.end() && --it->second == 0) per_address.erase(it);
+  }
+
+  void start_waiting(const std::shared_ptr<Slot>& slot) {
+    stop_waiting(*slot);
+    if (!slot->counted) return;
+    slot->waiting_at = waiting.insert(waiting.end(), slot);
+    slot->waiting = true;
+  }
+
+  void stop_waiting(Slot& slot) {
+    if (!slot.waiting) return;
+    waiting.erase(slot.waiting_at);
+    slot.waiting = false;
+  }
+
+  // Closes the connection that has waited longest (from `address`, when given).
+  bool evict_one(const std::string* address) {
+    for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+      auto slot = it->lock();
+      if (!slot || (address != nullptr && slot->address != *address)) continue;
+      release(*slot);
+      slot->force_close();
+      ++evicted;
+      return true;
+    }
+    return false;
+  }
+
+  // Room for a newcomer from `address`, made by closing waiting connections if need be.
+  bool make_room(const std::string& address) {
+    auto it = per_address.find(address);
+    if (it != per_address.end() && it->second >= options.max_connections_per_address && !evict_one(&address)) {
+      return false;
+    }
+    return http_live < options.max_connections || evict_one(nullptr);
+  }
 };
 
 namespace {
@@ -63,6 +134,12 @@ std::string endpoint_text(const tcp::socket& socket) {
   auto ep = socket.remote_endpoint(ec);
   if (ec) return "unknown";
   return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+std::string address_text(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  return ec ? std::string("unknown") : ep.address().to_string();
 }
 
 HttpRequest to_request(const http::request<http::string_body>& req, const std::string& peer_cn,
@@ -105,8 +182,12 @@ class WsSession final : public WsConnection, public Closable, public std::enable
   WsSession(std::shared_ptr<Server::Impl> server, TlsStream&& stream, std::string peer_cn, std::string remote)
       : server_(std::move(server)), ws_(std::move(stream)), peer_cn_(std::move(peer_cn)), remote_(std::move(remote)) {
     ++server_->live;
+    ++server_->agents_live;
   }
-  ~WsSession() override { --server_->live; }
+  ~WsSession() override {
+    --server_->live;
+    --server_->agents_live;
+  }
 
   void run(http::request<http::string_body> req) {
     beast::get_lowest_layer(ws_).expires_never();
@@ -203,61 +284,96 @@ class WsSession final : public WsConnection, public Closable, public std::enable
 
 // ---------------------------------------------------------------- HTTP
 
-class Session : public Closable, public std::enable_shared_from_this<Session> {
+class Session : public Slot, public std::enable_shared_from_this<Session> {
  public:
   Session(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
-      : server_(std::move(server)), remote_(endpoint_text(socket)), stream_(std::move(socket), *server_->tls) {
+      : server_(std::move(server)), remote_(endpoint_text(socket)), tcp_(std::move(socket)),
+        first_byte_(server_->io) {
+    address = address_text(tcp_.socket());
     ++server_->live;
+    server_->count(*this);
   }
-  ~Session() override { --server_->live; }
+  ~Session() override {
+    --server_->live;
+    server_->release(*this);
+  }
 
+  // The TLS stream (about 70 KiB of buffers in Asio's engine) is made once the client
+  // sends its first byte: a connection that says nothing costs a socket and little more.
   void run() {
     auto self = shared_from_this();
-    beast::get_lowest_layer(stream_).expires_after(server_->options.handshake_timeout);
-    stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
-      if (ec) return;  // a failed handshake (wrong CA, not TLS) just drops the connection
-      self->peer_cn_ = verified_peer_cn(self->stream_.native_handle());
-      self->read();
+    server_->start_waiting(self);
+    const auto deadline = std::chrono::steady_clock::now() + server_->options.handshake_timeout;
+    first_byte_.expires_at(deadline);
+    first_byte_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+      if (auto s = weak.lock(); s && !ec) s->force_close();
+    });
+    tcp_.socket().async_wait(tcp::socket::wait_read, [self, deadline](beast::error_code ec) {
+      self->first_byte_.cancel();
+      if (ec || !self->tcp_.socket().is_open()) return;
+      self->stream_.emplace(std::move(self->tcp_), *self->server_->tls);
+      beast::get_lowest_layer(*self->stream_).expires_at(deadline);
+      self->stream_->async_handshake(ssl::stream_base::server, [self](beast::error_code ec2) {
+        if (ec2) return;  // a failed handshake (wrong CA, not TLS) just drops the connection
+        self->peer_cn_ = verified_peer_cn(self->stream_->native_handle());
+        self->read();
+      });
     });
   }
 
   void force_close() override {
     boost::system::error_code ec;
-    beast::get_lowest_layer(stream_).socket().close(ec);
+    first_byte_.cancel();
+    if (stream_) {
+      beast::get_lowest_layer(*stream_).socket().close(ec);
+    } else {
+      tcp_.socket().close(ec);
+    }
   }
 
  private:
+  // The request's headers within header_timeout (idle_timeout between requests), then
+  // its body within io_timeout; the connection waits (and may be closed for a newcomer)
+  // until the whole request is in.
   void read() {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
-    beast::get_lowest_layer(stream_).expires_after(first_request_ ? server_->options.io_timeout
+    beast::get_lowest_layer(*stream_).expires_after(first_request_ ? server_->options.header_timeout
                                                                   : server_->options.idle_timeout);
     first_request_ = false;
     auto self = shared_from_this();
-    http::async_read(stream_, buffer_, *parser_, [self](beast::error_code ec, std::size_t) {
-      if (ec == http::error::end_of_stream) return self->shutdown();
-      if (ec == http::error::body_limit || ec == http::error::header_limit) {
-        HttpResponse res{413, "application/json", json_error("request too large"), {}};
-        self->keep_alive_ = false;
-        self->drain_after_write_ = true;
-        return self->write(std::move(res), 11);
-      }
-      if (ec) {
-        if (ec == beast::error::timeout || ec == asio::error::operation_aborted || ec == asio::error::eof ||
-            ec == ssl::error::stream_truncated) {
-          return;
-        }
-        // A malformed request gets an answer and the connection is closed.
-        HttpResponse res{400, "application/json", json_error("bad request: " + ec.message()), {}};
-        self->keep_alive_ = false;
-        return self->write(std::move(res), 11);
-      }
-      self->dispatch(self->parser_->release());
+    server_->start_waiting(self);
+    http::async_read_header(*stream_, buffer_, *parser_, [self](beast::error_code ec, std::size_t) {
+      if (ec) return self->read_failed(ec);
+      if (self->parser_->is_done()) return self->dispatch(self->parser_->release());
+      beast::get_lowest_layer(*self->stream_).expires_after(self->server_->options.io_timeout);
+      http::async_read(*self->stream_, self->buffer_, *self->parser_, [self](beast::error_code ec2, std::size_t) {
+        if (ec2) return self->read_failed(ec2);
+        self->dispatch(self->parser_->release());
+      });
     });
   }
 
+  void read_failed(beast::error_code ec) {
+    server_->stop_waiting(*this);
+    if (ec == http::error::end_of_stream) return shutdown();
+    if (ec == http::error::body_limit || ec == http::error::header_limit) {
+      keep_alive_ = false;
+      drain_after_write_ = true;
+      return write({413, "application/json", json_error("request too large"), {}}, 11);
+    }
+    if (ec == beast::error::timeout || ec == asio::error::operation_aborted || ec == asio::error::eof ||
+        ec == ssl::error::stream_truncated || !counted) {
+      return;  // gone, timed out, or closed for a newcomer
+    }
+    // A malformed request gets an answer and the connection is closed.
+    keep_alive_ = false;
+    write({400, "application/json", json_error("bad request: " + ec.message()), {}}, 11);
+  }
+
   void dispatch(http::request<http::string_body> req) {
+    server_->stop_waiting(*this);  // being answered: never closed for a newcomer
     HttpRequest request = to_request(req, peer_cn_, remote_);
     keep_alive_ = req.keep_alive();
     unsigned version = req.version();
@@ -276,7 +392,13 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
         keep_alive_ = false;
         return write({status, "application/json", json_error(ok.error().message()), {}}, version);
       }
-      auto ws = std::make_shared<WsSession>(server_, std::move(stream_), peer_cn_, remote_);
+      if (server_->agents_live >= server_->options.max_agent_connections) {
+        keep_alive_ = false;
+        return write({503, "application/json", json_error("too many agent connections"), {}}, version);
+      }
+      // An agent's link now: counted apart from clients' connections.
+      server_->release(*this);
+      auto ws = std::make_shared<WsSession>(server_, std::move(*stream_), peer_cn_, remote_);
       server_->track(ws);
       ws->run(std::move(req));
       return;
@@ -300,9 +422,9 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     if (res.status == 401 || res.status == 413) keep_alive_ = false;
     msg->keep_alive(keep_alive_);
     msg->prepare_payload();
-    beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
+    beast::get_lowest_layer(*stream_).expires_after(server_->options.io_timeout);
     auto self = shared_from_this();
-    http::async_write(stream_, *msg, [self, msg](beast::error_code ec, std::size_t) {
+    http::async_write(*stream_, *msg, [self, msg](beast::error_code ec, std::size_t) {
       if (ec) return;
       if (self->drain_after_write_) return self->drain(0);
       if (!self->keep_alive_) return self->shutdown();
@@ -317,24 +439,26 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   void drain(std::size_t drained) {
     constexpr std::size_t kMaxDrain = 64 * 1024 * 1024;
     constexpr auto kDrainFor = std::chrono::seconds(2);
-    if (drained == 0) beast::get_lowest_layer(stream_).expires_after(kDrainFor);
+    if (drained == 0) beast::get_lowest_layer(*stream_).expires_after(kDrainFor);
     auto self = shared_from_this();
     auto scratch = std::make_shared<std::array<char, 16384>>();
-    stream_.async_read_some(asio::buffer(*scratch), [self, scratch, drained](beast::error_code ec, std::size_t n) {
+    stream_->async_read_some(asio::buffer(*scratch), [self, scratch, drained](beast::error_code ec, std::size_t n) {
       if (ec || drained + n > kMaxDrain) return self->shutdown();
       self->drain(drained + n);
     });
   }
 
   void shutdown() {
-    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(5));
+    beast::get_lowest_layer(*stream_).expires_after(std::chrono::seconds(5));
     auto self = shared_from_this();
-    stream_.async_shutdown([self](beast::error_code) {});
+    stream_->async_shutdown([self](beast::error_code) {});
   }
 
   std::shared_ptr<Server::Impl> server_;
   std::string remote_;
-  TlsStream stream_;
+  beast::tcp_stream tcp_;            // until the first byte
+  asio::steady_timer first_byte_;
+  std::optional<TlsStream> stream_;  // from the first byte on
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_cn_;
@@ -346,10 +470,21 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
 void Server::Impl::accept() {
   auto self = shared_from_this();
   acceptor.async_accept([self](beast::error_code ec, tcp::socket socket) {
-    if (ec || self->stopped) return;
-    if (self->live >= self->options.max_connections) {
+    if (self->stopped || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS): free one if a connection
+      // waits, and try again shortly. The listener never stops accepting.
+      self->evict_one(nullptr);
+      self->accept_retry.expires_after(std::chrono::milliseconds(50));
+      self->accept_retry.async_wait([self](beast::error_code wait_ec) {
+        if (!wait_ec && !self->stopped) self->accept();
+      });
+      return;
+    }
+    if (!self->make_room(address_text(socket))) {
       boost::system::error_code ignored;
-      socket.close(ignored);  // over the limit: refuse rather than grow without bound
+      socket.close(ignored);  // every connection is being answered: refuse rather than grow
+      ++self->refused;
     } else {
       // Small messages (an Ack, then a Prepare) go out at once: with Nagle's algorithm the
       // second waits for the peer's delayed ACK, tens of milliseconds.
@@ -394,12 +529,15 @@ int Server::port() const {
 }
 
 std::size_t Server::connections() const { return impl_->live; }
+std::uint64_t Server::evicted() const { return impl_->evicted; }
+std::uint64_t Server::refused() const { return impl_->refused; }
 
 void Server::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
+  impl_->accept_retry.cancel();
   for (const auto& weak : impl_->sessions) {
     if (auto s = weak.lock()) s->force_close();
   }

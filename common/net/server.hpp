@@ -4,6 +4,7 @@
 // handshake, read and write, one write in flight with a bounded queue. Everything runs
 // on the EventLoop's thread; handlers are called there and must not block for long.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -55,10 +56,19 @@ struct ServerOptions {
   std::size_t max_body_bytes = 1024 * 1024;
   std::size_t max_ws_message_bytes = 4 * 1024 * 1024;
   std::size_t max_ws_queue_bytes = 64 * 1024 * 1024;
+  // HTTP connections at once, and from one client address. When a newcomer finds no
+  // room, the connection that has waited longest for someone (in its TLS handshake, for
+  // a request's headers and body, or idle between requests) is closed for it; a
+  // connection whose request is being answered is never closed so. Only when none waits
+  // is the newcomer refused. Agents' WebSockets (a verified certificate) are counted
+  // apart, so clients cannot use up their room.
   std::size_t max_connections = 512;
-  Duration handshake_timeout = std::chrono::seconds(10);
-  Duration idle_timeout = std::chrono::seconds(120);    // HTTP keep-alive between requests
-  Duration io_timeout = std::chrono::seconds(30);       // one read or write in progress
+  std::size_t max_connections_per_address = 64;
+  std::size_t max_agent_connections = 4096;
+  Duration handshake_timeout = std::chrono::seconds(3);
+  Duration header_timeout = std::chrono::seconds(5);    // a new connection's first request
+  Duration idle_timeout = std::chrono::seconds(15);     // HTTP keep-alive between requests
+  Duration io_timeout = std::chrono::seconds(30);       // a request's body; a write in progress
   Duration ws_idle_timeout = std::chrono::seconds(30);  // no frame, no pong: the peer is gone
 };
 
@@ -68,6 +78,9 @@ class Server {
   ~Server();
   int port() const;
   std::size_t connections() const;
+  // Connections closed to make room for a newcomer, and newcomers refused, so far.
+  std::uint64_t evicted() const;
+  std::uint64_t refused() const;
   // Stops accepting and closes every connection.
   void stop();
 

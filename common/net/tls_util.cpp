@@ -36,6 +36,9 @@ Result<std::shared_ptr<ssl::context>> make_server_tls(const std::string& ca, con
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
   boost::system::error_code ec;
   ctx->set_options(kOptions, ec);
+  // An idle connection (an agent between heartbeats, hundreds of waiting clients) gives
+  // its read and write buffers back.
+  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
   if (ctx->use_certificate_chain_file(cert, ec); ec) {
     return std::unexpected(load_error("certificate", cert, ec));
   }

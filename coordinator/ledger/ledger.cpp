@@ -93,7 +93,7 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
   out.id = id;
   out.change.mutations.emplace_back(store::InsertJob{rec});
   out.change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + user}});
-  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}});
+  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false});
   return out;
 }
 
@@ -883,7 +883,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
       out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
       continue;
     }
-    Job job{record, *spec, {}};
+    Job job{record, *spec, {}, {}, false};
     Result<void> ok;
     if (record.state == JobState::Pending) {
       ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);
@@ -925,7 +925,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
     }
     if (model::is_terminal(record.state) && record.fenced()) {
       auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
-      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}});
+      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false});
     }
   }
   // Every node is down until its agent says hello; the jobs on them stay as they are

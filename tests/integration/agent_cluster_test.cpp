@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <pwd.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "common/model/job.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/flood.hpp"
 
 namespace corral {
 namespace {
@@ -284,6 +286,67 @@ TEST_F(AgentClusterTest, AnAgentWhoseNvidiaSmiAndPreflightHangForAMinuteKeepsIts
   EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
   for (pid_t p : hanging) ::kill(-p, SIGKILL);  // each in its own process group
   n.stop();
+}
+
+// The resident memory of a process, in KiB.
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+TEST_F(AgentClusterTest, AFloodOfSilentAndHalfOpenConnectionsLocksOutNoClientAndNoAgent) {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_max < 3000) GTEST_SKIP() << "the open file limit (" << files.rlim_max << ") is below the flood's 2,200";
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  const pid_t coordinator = coord_.process().pid();
+  const long rss_before = rss_kib(coordinator);
+
+  // 2,000 silent TCP connections from 40 addresses and 200 stopped in their TLS handshake
+  // from 4 more, each opened again (up to 1,000 a second) when the server closes it.
+  std::vector<std::string> idle_from;
+  std::vector<std::string> tls_from;
+  for (int i = 2; i < 42; ++i) idle_from.push_back("127.0.0." + std::to_string(i));
+  for (int i = 42; i < 46; ++i) tls_from.push_back("127.0.0." + std::to_string(i));
+  testing::Flood idle({coord_.port(), idle_from, 2000, 0});
+  testing::Flood tls({coord_.port(), tls_from, 0, 200});
+  ASSERT_EQ(idle.failed() + tls.failed(), 0);
+  // The server keeps no more of them than its budget (512): it closed the rest for newer ones.
+  ASSERT_TRUE(eventually([&] { return idle.closed_by_server() + tls.closed_by_server() >= 2200 - 512; }, 10s))
+      << "the server holds " << 2200 - idle.closed_by_server() - tls.closed_by_server() << " of them";
+
+  // A person's `corral queue`, while the flood goes on.
+  const std::vector<std::string> env = {"CORRAL_URL=" + coord_.url(), "CORRAL_TOKEN=" + coord_.token(),
+                                        "CORRAL_CA=" + coord_.ca()};
+  std::chrono::milliseconds worst{0};
+  for (int i = 0; i < 5; ++i) {
+    auto asked = std::chrono::steady_clock::now();
+    auto [rc, out] = testing::run({CORRAL_CLI_BIN, "queue"}, env);
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked);
+    EXPECT_EQ(rc, 0) << out;
+    worst = std::max(worst, took);
+  }
+  EXPECT_LT(worst, 1s);
+
+  // An agent killed and started again gets back in.
+  a_->kill9();
+  auto restarted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(a_->start());
+  auto rejoin = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - restarted);
+  EXPECT_LT(rejoin, 2s);
+
+  const long rss_during = rss_kib(coordinator);
+  EXPECT_LT(rss_during - rss_before, 64 * 1024) << "the coordinator grew from " << rss_before << " to " << rss_during
+                                                 << " KiB";
+  std::cout << "flood: " << idle.opened() + tls.opened() << " connections opened, "
+            << idle.closed_by_server() + tls.closed_by_server() << " closed by the coordinator; corral queue "
+            << worst.count() << " ms at worst; agent rejoined in " << rejoin.count() << " ms; coordinator RSS "
+            << rss_before << " -> " << rss_during << " KiB\n";
 }
 
 TEST_F(AgentClusterTest, AFailingRankTakesTheGangDownWithNoProcessLeft) {

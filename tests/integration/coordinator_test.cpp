@@ -122,6 +122,10 @@ class CoordinatorTest : public ::testing::Test {
     ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
     ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
     ASSERT_TRUE(reaches(id, "RUNNING"));
+    // Committed, not only shown: an agent whose reports were not acknowledged would send
+    // them again after the restart, and these do not.
+    ASSERT_TRUE(a.all_acked());
+    ASSERT_TRUE(b.all_acked());
     ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
   }
 

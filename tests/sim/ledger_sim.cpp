@@ -334,9 +334,9 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                      auto spooled = a.spool.find({l.job, l.attempt, r.rank});
                      if (spooled != a.spool.end()) {
                        // Started here before (an earlier agent process): never twice.
-                       protocol::RankExited m{l.job, l.attempt, r.rank, -1, 0, "end unknown", false};
-                       if (spooled->second) std::tie(m.exit_code, m.signal) = *spooled->second;
-                       agent_send(a, m);
+                       protocol::RankExited ended{l.job, l.attempt, r.rank, -1, 0, "end unknown", false};
+                       if (spooled->second) std::tie(ended.exit_code, ended.signal) = *spooled->second;
+                       agent_send(a, ended);
                        continue;
                      }
                      a.spool[{l.job, l.attempt, r.rank}] = std::nullopt;

@@ -75,6 +75,7 @@ class ScriptedAgent {
   }
 
   void send(const protocol::AgentMessage& m) {
+    if (protocol::is_report(m)) ++reports_sent_;
     loop_.post([this, text = protocol::encode(m)]() mutable {
       if (ws_) ws_->send(std::move(text));
     });
@@ -106,12 +107,26 @@ class ScriptedAgent {
     return out;
   }
 
+  // Waits until the coordinator acknowledged every report sent on this connection (it
+  // acknowledges once what a report changed is committed).
+  bool all_acked(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      auto ack = expect<protocol::Ack>(left);
+      if (!ack) return false;
+      if (ack->received >= reports_sent_) return true;
+    }
+  }
+
   std::optional<std::string> closed() const {
     std::lock_guard lock(mu_);
     return closed_;
   }
 
   std::atomic<bool> heartbeats = true;
+  std::uint64_t reports_sent_ = 0;
   bool sync_on_welcome = true;
 
  private:

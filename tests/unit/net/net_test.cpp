@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <openssl/ssl.h>
 #include <sys/time.h>
+#include <poll.h>
 
 #include <fstream>
 #include <future>
@@ -17,6 +18,7 @@
 #include "common/net/pki.hpp"
 #include "common/net/server.hpp"
 #include "common/net/ws_client.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace corral::net {
@@ -68,12 +70,15 @@ class NetTest : public ::testing::Test {
     opts.host = "127.0.0.1";
     opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
     opts.max_body_bytes = 1024;
+    configure(opts);
     auto server = Server::start(loop_, opts, handler_);
     ASSERT_TRUE(server.has_value()) << server.error().message();
     server_ = std::move(*server);
     url_ = "https://127.0.0.1:" + std::to_string(server_->port());
     thread_ = std::thread([this] { loop_.run(); });
   }
+  virtual void configure(ServerOptions&) {}
+
   void TearDown() override {
     loop_.post([this] { server_->stop(); loop_.stop(); });
     if (thread_.joinable()) thread_.join();
@@ -169,7 +174,9 @@ std::optional<std::chrono::milliseconds> time_until_closed(int port, const std::
   SSL* ssl = SSL_new(ctx);
   SSL_set_fd(ssl, fd);
   std::optional<std::chrono::milliseconds> out;
-  if (SSL_connect(ssl) == 1 && SSL_write(ssl, request.data(), static_cast<int>(request.size())) > 0) {
+  // An empty request: the handshake only, then silence.
+  if (SSL_connect(ssl) == 1 &&
+      (request.empty() || SSL_write(ssl, request.data(), static_cast<int>(request.size())) > 0)) {
     auto start = std::chrono::steady_clock::now();
     char buf[4096];
     while (SSL_read(ssl, buf, sizeof(buf)) > 0) {
@@ -289,6 +296,118 @@ TEST(Pki, AgentCertificateCarriesTheNodeName) {
   EXPECT_EQ(certificate_common_name(dir.file("n.pem")).value(), "gpu-b");
   EXPECT_EQ(std::filesystem::status(dir.file("n.key")).permissions() & std::filesystem::perms::all,
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+// A server with room for four connections, two from one address, and deadlines short
+// enough to watch.
+class NetLimitsTest : public NetTest {
+ protected:
+  void configure(ServerOptions& opts) override {
+    opts.max_connections = 4;
+    opts.max_connections_per_address = 2;
+    opts.handshake_timeout = 300ms;
+    opts.header_timeout = 300ms;
+  }
+
+  // A TCP connection from `source` that says nothing.
+  int silent(const std::string& source) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(server_->port()));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    opened_.push_back(fd);
+    return fd;
+  }
+
+  // Whether the server closed `fd`, waiting up to `wait` for it to.
+  static bool closed(int fd, std::chrono::milliseconds wait = 0ms) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
+    char c;
+    return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+  }
+
+  // How many connections the server holds, as seen from its loop.
+  std::size_t held() {
+    std::promise<std::size_t> n;
+    loop_.post([&] { n.set_value(server_->connections()); });
+    return n.get_future().get();
+  }
+
+  void TearDown() override {
+    for (int fd : opened_) ::close(fd);
+    NetTest::TearDown();
+  }
+
+  std::vector<int> opened_;
+};
+
+TEST_F(NetLimitsTest, AConnectionThatSaysNothingIsClosedAtTheHandshakeDeadline) {
+  int fd = silent("127.0.0.2");
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(closed(fd, 5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+TEST_F(NetLimitsTest, AConnectionThatSendsNoRequestIsClosedAtTheHeaderDeadline) {
+  // The TLS handshake done, then silence: 300 ms, not io_timeout's 30 s.
+  auto took = time_until_closed(server_->port(), "", 5s);
+  ASSERT_TRUE(took.has_value()) << "kept past 5 s";
+  EXPECT_LT(*took, 2s);
+}
+
+TEST_F(NetLimitsTest, ANewcomerToAFullServerClosesTheConnectionThatWaitedLongest) {
+  std::vector<int> fds;
+  for (int i = 2; i < 6; ++i) fds.push_back(silent("127.0.0." + std::to_string(i)));
+  ASSERT_TRUE(testing::eventually([&] { return held() == 4; }, 5s));
+  auto r = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(closed(fds[0], 1s)) << "the oldest was kept";
+  for (std::size_t i = 1; i < fds.size(); ++i) EXPECT_FALSE(closed(fds[i])) << "connection " << i << " was closed";
+  EXPECT_EQ(server_->evicted(), 1u);
+}
+
+TEST_F(NetLimitsTest, OneAddressCannotTakeMoreThanItsShare) {
+  int other = silent("127.0.0.9");
+  std::vector<int> mine;
+  for (int i = 0; i < 3; ++i) mine.push_back(silent("127.0.0.2"));
+  // The third from 127.0.0.2 closed that address's oldest, and nobody else's.
+  EXPECT_TRUE(closed(mine[0], 1s));
+  EXPECT_FALSE(closed(mine[1]));
+  EXPECT_FALSE(closed(mine[2]));
+  EXPECT_FALSE(closed(other));
+}
+
+TEST_F(NetLimitsTest, AConnectionBeingAnsweredIsNeverClosedForANewcomer) {
+  // Two requests the handler answers later fill 127.0.0.1's share; a third client from
+  // there is refused, and each of the two still gets its answer.
+  std::vector<std::future<Result<HttpResponse>>> waiting;
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < 2; ++i) {
+    handler_.pending_arrived = std::promise<void>();
+    auto arrived = handler_.pending_arrived.get_future();
+    clients.push_back(client({dir_.file("ca.pem"), "", ""}));
+    waiting.push_back(std::async(std::launch::async, [c = clients.back().get()] { return c->request("GET", "/later"); }));
+    ASSERT_EQ(arrived.wait_for(5s), std::future_status::ready);
+  }
+  auto refused = client({dir_.file("ca.pem"), "", ""})->request("GET", "/");
+  EXPECT_FALSE(refused.has_value() && refused->status == 200) << "a third connection was let in";
+  loop_.post([this] {
+    for (auto& respond : handler_.pending) respond({200, "text/plain", "later", {}});
+  });
+  for (auto& w : waiting) {
+    auto r = w.get();
+    ASSERT_TRUE(r.has_value()) << r.error().message();
+    EXPECT_EQ(r->status, 200);
+  }
+  EXPECT_GE(server_->refused(), 1u);
 }
 
 }  // namespace
