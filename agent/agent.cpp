@@ -25,6 +25,7 @@
 #include "agent/rank_start.hpp"
 #include "common/core/check.hpp"
 #include "common/core/hex.hpp"
+#include "common/core/overloaded.hpp"
 #include "common/protocol/codec.hpp"
 
 namespace corral::agent {
@@ -32,11 +33,6 @@ namespace corral::agent {
 namespace fs = std::filesystem;
 
 namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 constexpr std::size_t kMaxOutbox = 100000;
 

@@ -6,11 +6,13 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <span>
 #include <tuple>
 #include <utility>
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "common/core/strings.hpp"
@@ -705,6 +707,48 @@ bool indented_with_tab(std::string_view text, int line) {
   return rest.substr(0, indent_end).find('\t') != std::string_view::npos;
 }
 
+// Where the second document's first node is, if the text holds a second document with
+// something in it. Read
+// with the parser's events, and at most three documents: yaml-cpp 0.7's LoadAll never
+// ends on some inputs (a document that begins with ',' yields empty documents forever,
+// each one a node, until memory runs out).
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override { ++documents_; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { content(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    content(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    content(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    content(mark);
+  }
+  void OnMapEnd() override {}
+
+  std::optional<YAML::Mark> second;
+
+ private:
+  void content(const YAML::Mark& mark) {
+    if (documents_ >= 2 && !second) second = mark;
+  }
+  int documents_ = 0;
+};
+
+std::optional<YAML::Mark> second_document(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  for (int i = 0; i < 3 && !counter.second && parser.HandleNextDocument(counter); ++i) {
+  }
+  return counter.second;
+}
+
 SpecParseResult parse_document(std::string_view yaml_text, const SpecLimits& limits) {
   SpecParseResult result;
   auto& problems = result.problems;
@@ -714,9 +758,12 @@ SpecParseResult parse_document(std::string_view yaml_text, const SpecLimits& lim
                             std::to_string(limits.max_file_bytes)});
     return result;
   }
-  std::vector<YAML::Node> documents;
+  YAML::Node root;
+  std::optional<YAML::Mark> second;
   try {
-    documents = YAML::LoadAll(std::string(yaml_text));
+    std::string text(yaml_text);
+    root = YAML::Load(text);
+    second = second_document(text);
   } catch (const YAML::DeepRecursion& e) {
     Position at = position_of(e.mark);
     problems.push_back(
@@ -730,17 +777,16 @@ SpecParseResult parse_document(std::string_view yaml_text, const SpecLimits& lim
     problems.push_back({at.line, at.column, "", std::move(message)});
     return result;
   }
-  if (documents.empty() || documents.front().IsNull()) {
-    Position at = documents.empty() ? Position{} : position_of(documents.front().Mark());
+  if (!root.IsDefined() || root.IsNull()) {
+    Position at = root.IsDefined() ? position_of(root.Mark()) : Position{};
     problems.push_back(
         {at.line, at.column, "", "the document is empty; a job needs at least name, command and resources"});
     return result;
   }
-  if (documents.size() > 1) {
-    Position at = position_of(documents[1].Mark());
+  if (second) {
+    Position at = position_of(*second);
     problems.push_back({at.line, at.column, "", "found a second YAML document; a file holds one job"});
   }
-  const YAML::Node& root = documents.front();
   if (!root.IsMap()) {
     Position at = position_of(root.Mark());
     problems.push_back(

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "common/net/asio_access.hpp"
+#include "common/net/beast_request.hpp"
 #include "common/net/tls_util.hpp"
 
 namespace corral::net {
@@ -140,24 +141,6 @@ std::string address_text(const tcp::socket& socket) {
   boost::system::error_code ec;
   auto ep = socket.remote_endpoint(ec);
   return ec ? std::string("unknown") : ep.address().to_string();
-}
-
-HttpRequest to_request(const http::request<http::string_body>& req, const std::string& peer_cn,
-                       const std::string& remote) {
-  HttpRequest out;
-  out.method = std::string(req.method_string());
-  out.target = std::string(req.target());
-  out.body = req.body();
-  out.peer_cn = peer_cn;
-  out.remote = remote;
-  for (const auto& field : req) {
-    std::string name(field.name_string());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    auto [it, fresh] = out.headers.insert_or_assign(name, std::string(field.value()));
-    if (!fresh) out.repeated_headers.push_back(name);
-  }
-  if (!parse_target(out.target, out.path, out.query)) out.path.clear();
-  return out;
 }
 
 std::string json_error(const std::string& message) {
@@ -337,8 +320,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
   // until the whole request is in.
   void read() {
     parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(server_->options.max_header_bytes));
-    parser_->body_limit(server_->options.max_body_bytes);
+    limit_parser(*parser_, server_->options.max_header_bytes, server_->options.max_body_bytes);
     beast::get_lowest_layer(*stream_).expires_after(first_request_ ? server_->options.header_timeout
                                                                   : server_->options.idle_timeout);
     first_request_ = false;

@@ -2,6 +2,7 @@
 
 #include "common/core/hex.hpp"
 
+#include "common/core/overloaded.hpp"
 #include "common/protocol/json_reader.hpp"
 #include "common/protocol/model_json.hpp"
 
@@ -14,11 +15,6 @@ constexpr int kMaxAttempt = 1000;
 constexpr int kMaxRank = 1 << 20;
 constexpr std::size_t kMaxEnv = 2048;  // a spec's env (256) and an exported environment (1024)
 constexpr std::size_t kMaxValue = 64 * 1024;
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 Json running_to_json(const std::vector<RunningRank>& running) {
   Json a = Json::array();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "common/core/overloaded.hpp"
 #include "common/core/strings.hpp"
 #include "common/model/job_spec_yaml.hpp"
 #include "coordinator/store/store_rules.hpp"
@@ -21,11 +22,6 @@ sched::SchedOptions sched_options(const model::CoordinatorConfig& c) {
   o.fair_share_half_life = c.fair_share_half_life;
   return o;
 }
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 }  // namespace
 

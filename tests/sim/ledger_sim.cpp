@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <tuple>
 
+#include "common/core/overloaded.hpp"
 #include "common/model/job_spec_yaml.hpp"
 #include "common/protocol/codec.hpp"
 #include "coordinator/store/store_rules.hpp"
@@ -18,11 +19,6 @@ namespace {
 
 using model::JobState;
 using namespace std::chrono_literals;
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 }  // namespace
 

@@ -68,6 +68,9 @@ std::vector<BadSpec> bad_specs() {
        "job.yaml:4:6: YAML syntax error: illegal map value (YAML does not allow tabs for indentation)"},
       {"UndefinedAlias", "name: *who\n",
        "job.yaml:1:7: YAML syntax error: the referenced anchor is not defined"},
+      // yaml-cpp's LoadAll never ended on this one, found by fuzz/job_spec_fuzz.
+      {"ACommaBeginsTheDocument", ",\n",
+       "job.yaml:1:1: the document is empty; a job needs at least name, command and resources"},
       {"TwoDocuments", valid_plus("---\nname: u\n"),
        "job.yaml:6:1: found a second YAML document; a file holds one job"},
       {"EveryRequiredFieldMissing", "priority: 1\n",
