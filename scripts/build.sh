@@ -5,10 +5,15 @@ set -euo pipefail
 CORRAL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CORRAL_BUILD=${CORRAL_BUILD:-$CORRAL_ROOT/build}
 
+# CORRAL_CMAKE_ARGS (an array) adds configure options, e.g. (-DCORRAL_SANITIZE=thread).
+if ! declare -p CORRAL_CMAKE_ARGS >/dev/null 2>&1; then
+  CORRAL_CMAKE_ARGS=()
+fi
 corral_build() {
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
   if [[ ! -f "$CORRAL_BUILD/build.ninja" ]]; then
-    cmake -S "$CORRAL_ROOT" -B "$CORRAL_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    cmake -S "$CORRAL_ROOT" -B "$CORRAL_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      "${CORRAL_CMAKE_ARGS[@]}"
   fi
   cmake --build "$CORRAL_BUILD" -j "$(nproc)" "$@"
 }

@@ -17,6 +17,7 @@ CORRAL_PACKAGES=(
 CORRAL_TEST_PACKAGES=(
   python3-torch
 )
+# scripts/fuzz.sh installs clang-16 and libclang-rt-16-dev for the fuzz targets.
 
 corral_install_deps() {
   local missing=()
