@@ -34,8 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kMaxOutbox = 100000;
-
 // Binds the port on the address and listens, so nobody else can take it until rank 0
 // starts. -1 and errno EADDRINUSE when someone already holds it.
 int probe_port(const std::string& address, int port, std::string& error) {
@@ -212,9 +210,7 @@ void Agent::on_close(const std::string& reason) {
   welcomed_ = false;
   // What the coordinator did not acknowledge may not have reached it: send it again,
   // first, on the next connection.
-  outbox_.insert(outbox_.begin(), unacked_.begin(), unacked_.end());
-  unacked_.clear();
-  acked_ = 0;
+  outbox_.link_lost();
   synced_pending_ = false;
   heartbeat_timer_->cancel();
   if (stopping_) return;
@@ -233,29 +229,19 @@ void Agent::send(const protocol::AgentMessage& message) {
   // acknowledges them. Heartbeats, log data and Synced only matter on this connection.
   bool report = protocol::is_report(message);
   if (welcomed_ && ws_->open()) {
-    if (report) unacked_.push_back(text);
+    if (report) outbox_.sent(text);
     ws_->send(std::move(text));
     return;
   }
-  if (!report) return;
-  if (outbox_.size() >= kMaxOutbox) outbox_.pop_front();
-  outbox_.push_back(std::move(text));
+  if (report) outbox_.hold(std::move(text));
 }
 
 void Agent::flush_outbox() {
-  while (!outbox_.empty() && ws_->open()) {
-    unacked_.push_back(outbox_.front());
-    ws_->send(std::move(outbox_.front()));
-    outbox_.pop_front();
-  }
+  if (!ws_->open()) return;
+  for (auto& text : outbox_.release()) ws_->send(std::move(text));
 }
 
-void Agent::on_ack(const protocol::Ack& m) {
-  while (acked_ < m.received && !unacked_.empty()) {
-    unacked_.pop_front();
-    ++acked_;
-  }
-}
+void Agent::on_ack(const protocol::Ack& m) { outbox_.acknowledged(m.received); }
 
 void Agent::on_message(std::string text) {
   auto decoded = protocol::decode_coordinator_message(text);
@@ -277,7 +263,7 @@ void Agent::on_welcome(const protocol::Welcome& m) {
   welcomed_ = true;
   heartbeat_interval_ = std::chrono::milliseconds(m.heartbeat_interval_ms);
   spdlog::info("welcomed by the coordinator; heartbeat every {} ms, {} message(s) held back to send",
-               m.heartbeat_interval_ms, outbox_.size());
+               m.heartbeat_interval_ms, outbox_.held());
   heartbeat_timer_->start_repeating(heartbeat_interval_, [this] { send(protocol::Heartbeat{}); });
   flush_outbox();
   synced_pending_ = true;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/outbox.hpp"
 #include "agent/spool.hpp"
 #include "common/model/config.hpp"
 #include "common/net/blocking_work.hpp"
@@ -127,11 +128,7 @@ class Agent {
   std::unique_ptr<net::Timer> heartbeat_timer_;
   std::unique_ptr<net::Timer> preflight_timer_;
   Duration heartbeat_interval_ = std::chrono::seconds(1);
-  std::deque<std::string> outbox_;   // encoded messages waiting for the link
-  // Reports sent on this connection that the coordinator has not acknowledged yet; sent
-  // again on the next connection if this one ends first.
-  std::deque<std::string> unacked_;
-  std::uint64_t acked_ = 0;          // reports of this connection acknowledged so far
+  Outbox outbox_;                    // reports until the coordinator acknowledges them
   std::map<Key, Job> jobs_;
   std::deque<Key> finished_;         // attempts that ended here, most recent last
   std::string agent_id_;             // CORRAL_AGENT_ID of the ranks started here

@@ -14,15 +14,7 @@
 namespace corral::cli {
 
 Result<Duration> parse_timeout(const std::string& text) {
-  double seconds = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
-  if (!text.empty() && ec == std::errc() && end == text.data() + text.size()) {
-    if (!std::isfinite(seconds) || seconds < 0 || seconds > 365.0 * 86400) {
-      return make_error(ErrorCode::InvalidArgument, "--timeout: must be from 0 to 365 days, got " + text);
-    }
-    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
-  }
-  auto d = parse_duration(text);
+  auto d = parse_seconds_or_duration(text);
   if (!d) return make_error(ErrorCode::InvalidArgument, "--timeout: " + d.error().message());
   return *d;
 }
@@ -33,9 +25,8 @@ namespace {
 CLI::Validator integer_at_least(long long min, const std::string& what) {
   return CLI::Validator(
       [min, what](std::string& value) -> std::string {
-        long long v = 0;
-        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-        if (value.empty() || ec != std::errc() || end != value.data() + value.size() || v < min) {
+        auto v = parse_int<long long>(value);
+        if (!v || *v < min) {
           return "must be " + what + ", got \"" + value + "\"";
         }
         return {};

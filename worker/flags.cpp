@@ -46,29 +46,20 @@ Result<Flags> parse_flags(std::span<const std::string> args, std::span<const std
 Result<Duration> parse_timeout(std::string_view flag, std::string_view text) {
   bool plain = !text.empty() && std::all_of(text.begin(), text.end(),
                                             [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
-  if (plain) {
-    double seconds = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
-    if (ec == std::errc() && ptr == text.data() + text.size() && seconds > 0 &&
-        seconds <= 365.0 * 24 * 3600) {
-      auto ms = static_cast<std::int64_t>(seconds * 1000.0 + 0.5);
-      return Duration(std::max<std::int64_t>(ms, 1));
-    }
+  auto d = parse_seconds_or_duration(text);
+  if (plain && (!d || text.find_first_not_of("0.") == std::string_view::npos)) {
     return invalid("--" + std::string(flag) + " " + quote_for_message(text) +
                    " is not a positive number of seconds");
   }
-  auto d = parse_duration(text);
   if (!d) return std::unexpected(d.error().with_context("--" + std::string(flag)));
-  return *d;
+  return std::max(*d, Duration(1));
 }
 
 Result<std::int64_t> parse_integer(std::string_view flag, std::string_view text, std::int64_t min,
                                    std::int64_t max) {
-  std::int64_t value = 0;
-  bool digits =
-      !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (!digits || ec != std::errc() || ptr != text.data() + text.size() || value < min || value > max) {
+  auto parsed = text.starts_with('-') ? std::nullopt : parse_int<std::int64_t>(text);
+  std::int64_t value = parsed.value_or(0);
+  if (!parsed || value < min || value > max) {
     return invalid("--" + std::string(flag) + " " + quote_for_message(text) + " is not a whole number from " +
                    std::to_string(min) + " to " + std::to_string(max));
   }

@@ -1,5 +1,7 @@
 #include "agent/inventory/nvidia_smi.hpp"
 
+#include "common/core/strings.hpp"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -84,14 +86,6 @@ std::string excerpt(std::string_view text) {
   return out + "\"";
 }
 
-template <typename Int>
-std::optional<Int> parse_integer(std::string_view text) {
-  Int value{};
-  if (text.empty()) return std::nullopt;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
-  return value;
-}
 
 // nvidia-smi's ways of saying "no value": "[N/A]", "[Not Supported]", "[Unknown Error]",
 // "[Insufficient Permissions]", "[GPU requires reset]"; some versions drop the brackets.
@@ -103,7 +97,7 @@ bool is_missing(std::string_view field) {
 // "GPU3" -> 3.
 std::optional<int> gpu_label_index(std::string_view word) {
   if (word.size() < 4 || word.substr(0, 3) != "GPU") return std::nullopt;
-  auto index = parse_integer<int>(word.substr(3));
+  auto index = parse_int<int>(word.substr(3));
   if (!index || *index < 0) return std::nullopt;
   return index;
 }
@@ -111,7 +105,7 @@ std::optional<int> gpu_label_index(std::string_view word) {
 // "NV12" -> true. "NV#" only appears in the legend.
 bool is_nvlink_cell(std::string_view cell) {
   if (cell.size() < 3 || cell.substr(0, 2) != "NV") return false;
-  auto links = parse_integer<int>(cell.substr(2));
+  auto links = parse_int<int>(cell.substr(2));
   return links.has_value() && *links > 0;
 }
 
@@ -197,12 +191,12 @@ Result<std::vector<GpuRow>> parse_query_gpu(std::string_view csv) {
       }
     }
     GpuRow row;
-    auto index = parse_integer<int>(fields[0]);
+    auto index = parse_int<int>(fields[0]);
     if (!index || *index < 0 || *index > 1023) {
       return std::unexpected(
           line_error(kWhat, line_no, "index must be an integer from 0 to 1023, got " + excerpt(fields[0])));
     }
-    auto memory = parse_integer<std::int64_t>(fields[3]);
+    auto memory = parse_int<std::int64_t>(fields[3]);
     if (!memory || *memory <= 0 || *memory > (std::int64_t{1} << 40)) {
       return std::unexpected(line_error(kWhat, line_no,
                                         "memory.total must be a positive number of MiB, got " +
@@ -359,7 +353,7 @@ Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv) {
     ComputeApp app{std::nullopt, std::string(fields[1]), std::nullopt};
     // A process the driver will not name ("[Insufficient Permissions]") still holds its GPU.
     if (!is_missing(fields[0])) {
-      auto pid = parse_integer<int>(fields[0]);
+      auto pid = parse_int<int>(fields[0]);
       if (!pid || *pid <= 0) {
         return std::unexpected(
             line_error(kWhat, line_no, "pid must be a positive integer, got " + excerpt(fields[0])));
@@ -370,7 +364,7 @@ Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv) {
       return std::unexpected(line_error(kWhat, line_no, "gpu_uuid is not available: " + excerpt(fields[1])));
     }
     if (!is_missing(fields[2])) {
-      auto used = parse_integer<std::int64_t>(fields[2]);
+      auto used = parse_int<std::int64_t>(fields[2]);
       if (!used || *used < 0) {
         return std::unexpected(
             line_error(kWhat, line_no, "used_memory must be a number of MiB, got " + excerpt(fields[2])));

@@ -7,6 +7,20 @@
 
 namespace corral {
 
+Result<Duration> parse_seconds_or_duration(std::string_view text) {
+  bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || c == '.';
+  });
+  if (!plain) return parse_duration(text);
+  double seconds = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (ec != std::errc() || ptr != text.data() + text.size() || seconds > 365.0 * 24 * 3600) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "expected seconds from 0 to 365 days or a duration like 90s, got " + quote_for_message(text));
+  }
+  return Duration(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+}
+
 Result<Duration> parse_duration(std::string_view text) {
   if (text.empty()) {
     return make_error(ErrorCode::InvalidArgument, "empty duration");

@@ -1,6 +1,8 @@
 #pragma once
 // Small string helpers shared by the spec parser, the CLI and the scheduler.
 
+#include <charconv>
+#include <concepts>
 #include <optional>
 #include <span>
 #include <string>
@@ -11,8 +13,22 @@
 
 namespace corral {
 
+// A whole decimal number: digits, after a '-' for a signed type, and nothing else,
+// within T. The one integer reader for specs, configs, flags, queries and nvidia-smi.
+template <std::integral T>
+std::optional<T> parse_int(std::string_view text) {
+  T value{};
+  if (text.empty() || text.front() == '+') return std::nullopt;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 // "90s", "30m", "2h", "1d", or combinations like "1h30m". Positive, at most 365 days.
 Result<Duration> parse_duration(std::string_view text);
+// A plain number of seconds ("90", "1.5", "0") from 0 to 365 days, else a duration as
+// parse_duration reads it. The one reader for --timeout-like flags.
+Result<Duration> parse_seconds_or_duration(std::string_view text);
 // The shortest exact form: 90000ms -> "90s", 5400000 -> "1h30m".
 std::string format_duration(Duration d);
 

@@ -36,9 +36,8 @@ std::string check_url(const std::string& v) {
   auto colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return bad;
   std::string_view port = rest.substr(colon + 1);
-  int p = 0;
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535) return bad;
+  auto p = parse_int<int>(port);
+  if (!p || *p < 1 || *p > 65535) return bad;
   return "";
 }
 

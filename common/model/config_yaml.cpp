@@ -122,14 +122,9 @@ FlatConfig::Handler bool_into(bool& out) {
 template <typename T>
 FlatConfig::Handler int_into(T& out, long long min, long long max) {
   return [&out, min, max](const std::string& v) -> std::string {
-    long long x = 0;
-    std::size_t used = 0;
-    try {
-      x = std::stoll(v, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != v.size() || v.empty() || x < min || x > max) {
+    auto parsed = parse_int<long long>(v);
+    long long x = parsed.value_or(0);
+    if (!parsed || x < min || x > max) {
       return "must be an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got " +
              quote_for_message(v);
     }

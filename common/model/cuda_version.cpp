@@ -1,15 +1,14 @@
 #include "common/model/cuda_version.hpp"
 
-#include <charconv>
+#include "common/core/strings.hpp"
 
 namespace corral::model {
 
 namespace {
 std::optional<int> parse_component(std::string_view text) {
-  if (text.empty() || text.size() > 4) return std::nullopt;
-  int value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || value < 0) return std::nullopt;
+  if (text.size() > 4) return std::nullopt;
+  auto value = parse_int<int>(text);
+  if (!value || *value < 0) return std::nullopt;
   return value;
 }
 }  // namespace

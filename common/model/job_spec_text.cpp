@@ -56,16 +56,12 @@ std::optional<std::string> reserved_env_problem(std::string_view name) {
 }
 
 std::optional<std::int64_t> parse_integer(std::string_view text) {
+  if (auto value = parse_int<std::int64_t>(text)) return value;
+  // Past int64's range: the largest or smallest, so that the field's own bound names it.
   bool negative = !text.empty() && text.front() == '-';
   std::string_view digits = negative ? text.substr(1) : text;
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(), is_digit)) return std::nullopt;
-  std::int64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range) {
-    return negative ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
-  }
-  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
-  return value;
+  return negative ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
 }
 
 std::optional<double> parse_decimal(std::string_view text) {

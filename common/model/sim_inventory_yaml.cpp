@@ -110,10 +110,9 @@ std::optional<std::int64_t> SimReader::integer(const YAML::Node& key, const YAML
                                                const std::string& field, std::int64_t lo, std::int64_t hi) {
   auto text = scalar(key, value, field);
   if (!text) return std::nullopt;
-  std::int64_t number = 0;
-  auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), number);
-  if (text->empty() || ec != std::errc() || ptr != text->data() + text->size() || number < lo ||
-      number > hi) {
+  auto parsed = parse_int<std::int64_t>(*text);
+  std::int64_t number = parsed.value_or(0);
+  if (!parsed || number < lo || number > hi) {
     add(value.Mark(), field,
         "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " +
             quote_for_message(*text));

@@ -30,9 +30,8 @@ net::HttpResponse error_response(int status, const std::string& message) {
 }
 
 std::optional<model::JobId> parse_id(std::string_view text) {
-  model::JobId id = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (ec != std::errc() || ptr != text.data() + text.size() || id <= 0) return std::nullopt;
+  auto id = parse_int<model::JobId>(text);
+  if (!id || *id <= 0) return std::nullopt;
   return id;
 }
 
@@ -311,10 +310,7 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
   auto number = [&](const char* key, std::uint64_t dflt) -> std::optional<std::uint64_t> {
     auto it = request.query.find(key);
     if (it == request.query.end()) return dflt;
-    std::uint64_t v = 0;
-    auto [ptr, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-    if (ec != std::errc() || ptr != it->second.data() + it->second.size()) return std::nullopt;
-    return v;
+    return parse_int<std::uint64_t>(it->second);
   };
   auto rank = number("rank", 0);
   auto offset = number("offset", 0);

@@ -1,0 +1,31 @@
+#include "agent/outbox.hpp"
+
+namespace corral::agent {
+
+void Outbox::hold(std::string text) {
+  if (held_.size() >= max_held_) held_.pop_front();
+  held_.push_back(std::move(text));
+}
+
+void Outbox::acknowledged(std::uint64_t received) {
+  while (acked_ < received && !unacked_.empty()) {
+    unacked_.pop_front();
+    ++acked_;
+  }
+}
+
+void Outbox::link_lost() {
+  held_.insert(held_.begin(), unacked_.begin(), unacked_.end());
+  while (held_.size() > max_held_) held_.pop_front();
+  unacked_.clear();
+  acked_ = 0;
+}
+
+std::deque<std::string> Outbox::release() {
+  std::deque<std::string> out;
+  out.swap(held_);
+  unacked_.insert(unacked_.end(), out.begin(), out.end());
+  return out;
+}
+
+}  // namespace corral::agent

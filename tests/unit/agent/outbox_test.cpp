@@ -1,0 +1,47 @@
+#include "agent/outbox.hpp"
+
+#include <gtest/gtest.h>
+
+namespace corral::agent {
+namespace {
+
+std::vector<std::string> all(std::deque<std::string> d) { return {d.begin(), d.end()}; }
+
+TEST(Outbox, AReportIsKeptUntilItsConnectionAcknowledgesIt) {
+  Outbox box;
+  box.sent("a");
+  box.sent("b");
+  box.sent("c");
+  box.acknowledged(2);
+  EXPECT_EQ(box.unacknowledged(), 1u);
+  box.acknowledged(2);  // the same count again changes nothing
+  EXPECT_EQ(box.unacknowledged(), 1u);
+  box.acknowledged(3);
+  EXPECT_EQ(box.unacknowledged(), 0u);
+}
+
+TEST(Outbox, WhatADroppedLinkDidNotAcknowledgeGoesOutFirstOnTheNext) {
+  Outbox box;
+  box.sent("started 0");
+  box.sent("started 1");
+  box.acknowledged(1);
+  box.link_lost();
+  box.hold("exited 0");  // while no link is up
+  EXPECT_EQ(all(box.release()), (std::vector<std::string>{"started 1", "exited 0"}));
+  // Counted afresh on the new connection.
+  box.acknowledged(1);
+  EXPECT_EQ(box.unacknowledged(), 1u);
+  box.link_lost();
+  EXPECT_EQ(all(box.release()), (std::vector<std::string>{"exited 0"}));
+}
+
+TEST(Outbox, HoldsNoMoreThanItsBoundDroppingTheOldest) {
+  Outbox box(2);
+  box.hold("1");
+  box.hold("2");
+  box.hold("3");
+  EXPECT_EQ(all(box.release()), (std::vector<std::string>{"2", "3"}));
+}
+
+}  // namespace
+}  // namespace corral::agent
