@@ -28,7 +28,7 @@ TEST(ClientConfig, ListsEveryProblemWithItsPosition) {
   EXPECT_EQ(c.error().message(),
             "config.yaml:1:6: url: must be https://HOST:PORT, got \"http://coord:7433\"\n"
             "config.yaml:2:1: \"tokn\": unknown setting; did you mean \"token\"?\n"
-            "config.yaml:3:1: ca: must be a single non-empty value\n"
+            "config.yaml:3:1: ca: must not be empty\n"
             "config.yaml:4:1: url: set twice");
 }
 

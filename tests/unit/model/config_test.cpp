@@ -32,7 +32,7 @@ TEST(CoordinatorConfig, ListsEveryProblemWithItsPosition) {
   ASSERT_FALSE(c.has_value());
   EXPECT_EQ(c.error().message(),
             "c.yaml:1:9: listen: must be HOST:PORT, got \"nowhere\"\n"
-            "c.yaml:2:1: node_timout: unknown setting; did you mean \"node_timeout\"?\n"
+            "c.yaml:2:1: \"node_timout\": unknown setting; did you mean \"node_timeout\"?\n"
             "c.yaml:3:13: kill_grace: expected a duration like 90s, 30m, 2h or 1d, got \"soon\"");
 }
 
