@@ -1,5 +1,7 @@
 #include "worker/json_line.hpp"
 
+#include <cstdio>
+
 #include <limits.h>
 #include <unistd.h>
 
@@ -107,6 +109,17 @@ JsonLine& JsonLine::add_raw(std::string_view k, std::string_view json) {
   key(k);
   body_ += json;
   return *this;
+}
+
+int print_result(JsonLine& json, std::string_view who, const std::optional<Failure>& failure) {
+  json.add("ok", !failure);
+  if (failure) {
+    json.add("exit_code", to_int(failure->code)).add("error", failure->message);
+    std::fprintf(stderr, "%.*s%s\n", static_cast<int>(who.size()), who.data(), failure->message.c_str());
+  }
+  std::printf("%s\n", json.str().c_str());
+  std::fflush(stdout);
+  return to_int(failure ? failure->code : ExitCode::Ok);
 }
 
 }  // namespace corral::worker

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "worker/exit_codes.hpp"
+
 namespace corral::worker {
 
 class JsonLine {
@@ -38,6 +40,11 @@ class JsonLine {
 // `text` as a JSON string literal, quotes included. Invalid UTF-8 passes through as is:
 // the values come from the environment and from CUDA, which are ASCII in practice.
 std::string json_quote(std::string_view text);
+
+// The one way a check ends: `json` gets "ok" (and "exit_code" and "error" when it
+// failed), goes to stdout as one line, the error also to stderr after `who` ("nccl-check:
+// rank 3: "). Returns the exit code for main.
+int print_result(JsonLine& json, std::string_view who, const std::optional<Failure>& failure);
 
 // This machine's host name for a check's JSON line, or "unknown".
 std::string host_name();

@@ -48,7 +48,6 @@ void add_env_fields(JsonLine& json, const RankEnv& env) {
 // `rank` is known whenever RANK is readable, even if the rest of the environment is not.
 int fail(ExitCode code, std::optional<std::int64_t> rank, const RankEnv* env, const std::string& message) {
   std::string who = rank ? "tcp-check: rank " + std::to_string(*rank) + ": " : "tcp-check: ";
-  std::fprintf(stderr, "%s%s\n", who.c_str(), message.c_str());
   JsonLine json;
   json.add("check", "tcp");
   if (env != nullptr) {
@@ -58,10 +57,7 @@ int fail(ExitCode code, std::optional<std::int64_t> rank, const RankEnv* env, co
   } else {
     json.add_null("rank");
   }
-  json.add("ok", false).add("exit_code", to_int(code)).add("error", message);
-  std::printf("%s\n", json.str().c_str());
-  std::fflush(stdout);
-  return to_int(code);
+  return print_result(json, who, Failure{code, message});
 }
 
 std::optional<std::int64_t> readable_rank(const EnvMap& env) {
@@ -103,10 +99,8 @@ int run_tcp_check(std::span<const std::string> args) {
   JsonLine json;
   json.add("check", "tcp");
   add_env_fields(json, *env);
-  json.add("sum", result->sum).add("ok", true);
-  std::printf("%s\n", json.str().c_str());
-  std::fflush(stdout);
-  return to_int(ExitCode::Ok);
+  json.add("sum", result->sum);
+  return print_result(json, "tcp-check: ", std::nullopt);
 }
 
 }  // namespace corral::worker

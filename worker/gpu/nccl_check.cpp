@@ -257,15 +257,7 @@ GpuResult<std::vector<SizeResult>> run_sizes(const RankEnv& env, const NcclUniqu
 }
 
 int report(JsonLine& json, const std::optional<Failure>& failure, std::optional<int> rank) {
-  json.add("ok", !failure);
-  if (failure) {
-    json.add("exit_code", to_int(failure->code)).add("error", failure->message);
-    std::string who = rank ? "nccl-check: rank " + std::to_string(*rank) + ": " : "nccl-check: ";
-    std::fprintf(stderr, "%s%s\n", who.c_str(), failure->message.c_str());
-  }
-  std::printf("%s\n", json.str().c_str());
-  std::fflush(stdout);
-  return to_int(failure ? failure->code : ExitCode::Ok);
+  return print_result(json, rank ? "nccl-check: rank " + std::to_string(*rank) + ": " : "nccl-check: ", failure);
 }
 
 GpuResult<Settings> parse_settings(std::span<const std::string> args) {

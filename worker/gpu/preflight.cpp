@@ -91,16 +91,7 @@ gpu::Step check_device(int device, JsonLine& json) {
   return {};
 }
 
-int finish(JsonLine& json, const std::optional<Failure>& failure) {
-  json.add("ok", !failure);
-  if (failure) {
-    json.add("exit_code", to_int(failure->code)).add("error", failure->message);
-    std::fprintf(stderr, "preflight: %s\n", failure->message.c_str());
-  }
-  std::printf("%s\n", json.str().c_str());
-  std::fflush(stdout);
-  return to_int(failure ? failure->code : ExitCode::Ok);
-}
+int finish(JsonLine& json, const std::optional<Failure>& failure) { return print_result(json, "preflight: ", failure); }
 
 }  // namespace
 
