@@ -11,6 +11,9 @@ if ! declare -p CORRAL_CMAKE_ARGS >/dev/null 2>&1; then
 fi
 corral_build() {
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+  # Paths under the checkout hashed as relative ones: another clone of the same commit
+  # (CI's) finds what this one compiled.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$CORRAL_ROOT} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
   if [[ ! -f "$CORRAL_BUILD/build.ninja" ]]; then
     cmake -S "$CORRAL_ROOT" -B "$CORRAL_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       "${CORRAL_CMAKE_ARGS[@]}"

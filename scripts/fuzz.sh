@@ -14,6 +14,7 @@ if ! corral_install_deps clang-16 libclang-rt-16-dev || ! command -v clang++-16 
 fi
 build=${CORRAL_FUZZ_BUILD:-$CORRAL_ROOT/build-fuzz}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$CORRAL_ROOT} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 if [[ ! -f "$build/build.ninja" ]]; then
   CXX=clang++-16 cmake -S "$CORRAL_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORRAL_FUZZ=ON
 fi
