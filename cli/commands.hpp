@@ -28,9 +28,9 @@ struct SubmitOptions {
   std::string file;
   bool dry_run = false;
   bool json = false;
-  std::optional<std::string> export_env;  // --export: ALL, NONE or VAR,...; unset: the spec's, else ALL
-  std::string submit_dir;                 // where `corral submit` runs (the default workdir)
-  model::EnvList environ;                 // the submitting process's environment
+  std::optional<std::string> export_env = std::nullopt;  // --export: ALL, NONE or VAR,...; unset: the spec's, else ALL
+  std::string submit_dir = {};            // where `corral submit` runs (the default workdir)
+  model::EnvList environ = {};            // the submitting process's environment
 };
 
 struct QueueOptions {

@@ -33,7 +33,7 @@ struct Transition {
   bool new_attempt = false;  // requeued: PENDING again with attempt + 1
   // to == ENDING: the state the job takes once every rank is confirmed gone (a terminal
   // state, or PENDING for a requeue).
-  std::optional<model::JobState> outcome;
+  std::optional<model::JobState> outcome = std::nullopt;
 };
 
 // The state a job in `from` moves to on `event`. An attempt that started launching never

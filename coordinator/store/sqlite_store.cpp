@@ -141,9 +141,9 @@ Result<JobRecord> read_job(const SqliteStatement& stmt) {
   job.detail = stmt.text(18);
   if (auto dir = stmt.optional_text(19)) job.submission.dir = *dir;
   if (auto env = stmt.optional_text(20)) {
-    auto parsed = env_from_json(*env);
-    if (!parsed) return make_error(ErrorCode::Internal, context(parsed.error().message()));
-    job.submission.env = std::move(*parsed);
+    auto exported = env_from_json(*env);
+    if (!exported) return make_error(ErrorCode::Internal, context(exported.error().message()));
+    job.submission.env = std::move(*exported);
   }
   return job;
 }
