@@ -27,7 +27,7 @@ for bin in "$build"/fuzz/*_fuzz; do
     tail -30 "$log" >&2
     exit 1
   fi
-  done_line=$(grep -E '#[0-9]+ +DONE' "$log" | tail -1)
+  done_line=$(grep -E '#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
   runs=$(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}')
   cov=$(sed -E 's/.*cov: ([0-9]+).*/\1/' <<<"$done_line")
   ft=$(sed -E 's/.*ft: ([0-9]+).*/\1/' <<<"$done_line")
