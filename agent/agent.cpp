@@ -130,6 +130,7 @@ void Agent::kill_orphans() {
   // process cannot wait for them. Kill them, unless the pid was reused since, and report
   // each as ended: a coordinator that did not notice the restart (it took less than
   // node_timeout) still counts them as running, and fails or requeues their job now.
+  // Called before the loop runs: the sweeps of /proc may take their time here.
   for (const auto& left : spool_.take_leftovers()) {
     bool alive = left.pid > 0 && !left.start_time.empty() && process_start_time(left.pid) == left.start_time;
     if (alive) {
@@ -137,6 +138,13 @@ void Agent::kill_orphans() {
       signal_group(left.pid, SIGKILL);
     }
     if (!left.named) continue;
+    // Also what left the rank's group, or a rank whose pid never reached its marker (the
+    // earlier agent died between the fork and writing it): found by its environment.
+    for (pid_t pid : attempt_processes(left.job, left.attempt, agent_id_)) {
+      spdlog::warn("killing pid {} of job {} attempt {} left by an earlier agent", pid, left.job, left.attempt);
+      ::kill(pid, SIGKILL);
+      alive = true;
+    }
     protocol::RankExited m{left.job, left.attempt, left.rank, 0, 0, "", false};
     if (alive) {
       m.signal = SIGKILL;

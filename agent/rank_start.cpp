@@ -84,8 +84,12 @@ StartOutcome start_ranks(const StartContext& context, const protocol::Launch& m,
       ::close(probe_fd);
       probe_fd = -1;
     }
+    // Marked before it starts: an agent SIGKILLed between the fork and the pid's marker
+    // leaves a marker all the same, and the next agent looks for the attempt's processes.
+    context.spool.mark_running(m.job, m.attempt, r.rank, 0);
     auto pid = spawn(spec);
     if (!pid) {
+      context.spool.clear_running(m.job, m.attempt, r.rank);
       // A bad workdir or command fails every rank alike: report it as the launch failure.
       out.reports.emplace_back(protocol::RankExited{
           m.job, m.attempt, r.rank, 127, 0,

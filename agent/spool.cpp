@@ -47,7 +47,7 @@ Result<std::string> Spool::agent_id() const {
 }
 
 void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid) const {
-  std::ofstream(marker_path(job, attempt, rank)) << pid << " " << process_start_time(pid) << "\n";
+  std::ofstream(marker_path(job, attempt, rank)) << pid << " " << (pid > 0 ? process_start_time(pid) : "-") << "\n";
 }
 
 void Spool::clear_running(model::JobId job, int attempt, int rank) const {

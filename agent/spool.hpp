@@ -29,7 +29,8 @@ class Spool {
   // The id kept in the spool, made (and written atomically) on first use.
   Result<std::string> agent_id() const;
 
-  // A started rank: its marker names its pid and the pid's start time.
+  // A rank about to start (pid 0) or started: its marker names its pid and the pid's
+  // start time.
   void mark_running(model::JobId job, int attempt, int rank, pid_t pid) const;
   void clear_running(model::JobId job, int attempt, int rank) const;
 

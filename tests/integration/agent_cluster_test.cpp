@@ -352,6 +352,22 @@ TEST_F(AgentClusterTest, AFloodOfSilentAndHalfOpenConnectionsLocksOutNoClientAnd
             << rss_before << " -> " << rss_during << " KiB\n";
 }
 
+TEST_F(AgentClusterTest, ARankWhosePidNeverReachedItsMarkerIsKilledByTheNextAgent) {
+  // As an agent SIGKILLed between writing a rank's marker (pid 0: about to start) and its
+  // pid leaves things: the rank runs, its marker names no pid.
+  AgentProcess c(coord_, dir_, "gpu-c", sim_);
+  const std::string id = "0123456789abcdef0123456789abcdef";
+  std::filesystem::create_directories(c.spool() + "/running");
+  std::ofstream(c.spool() + "/agent-id") << id << "\n";
+  std::ofstream(c.spool() + "/running/7-0-0") << "0 -\n";
+  testing::Child rank;
+  ASSERT_TRUE(rank.start({"/bin/sleep", "300"}, {"CORRAL_JOB_ID=7", "CORRAL_ATTEMPT=0", "CORRAL_AGENT_ID=" + id}));
+  ASSERT_TRUE(eventually([&] { return running(rank.pid()); }, 5s));
+  ASSERT_TRUE(c.start());
+  EXPECT_TRUE(eventually([&] { return !running(rank.pid()); }, 5s)) << "the rank left behind still runs";
+  c.stop();
+}
+
 TEST_F(AgentClusterTest, AFailingRankTakesTheGangDownWithNoProcessLeft) {
   std::string go = dir_.file("go");
   model::JobId id = submit(two_node("\"if [ $RANK = 3 ]; then while [ ! -e " + go +
