@@ -1,30 +1,23 @@
 #include "agent/agent.hpp"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "agent/inventory/run_command.hpp"
+#include "agent/kill_escalation.hpp"
 #include "agent/launcher.hpp"
+#include "agent/log_reader.hpp"
+#include "agent/master_port.hpp"
+#include "agent/nccl_root.hpp"
 #include "agent/rank_env.hpp"
 #include "agent/rank_start.hpp"
 #include "common/core/check.hpp"
-#include "common/core/hex.hpp"
 #include "common/core/overloaded.hpp"
 #include "common/protocol/codec.hpp"
 
@@ -32,73 +25,6 @@ namespace corral::agent {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Binds the port on the address and listens, so nobody else can take it until rank 0
-// starts. -1 and errno EADDRINUSE when someone already holds it.
-int probe_port(const std::string& address, int port, std::string& error) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  int family = AF_INET;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<std::uint16_t>(port));
-    len = sizeof(sockaddr_in);
-  } else if (inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
-    family = AF_INET6;
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
-    len = sizeof(sockaddr_in6);
-  } else {
-    error = "advertised address " + address + " is not an IP address";
-    return -1;
-  }
-  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    error = std::string("socket: ") + std::strerror(errno);
-    return -1;
-  }
-  // SO_REUSEADDR, as the job's own listener has it (PyTorch's TCPStore, tcp-check): the
-  // previous job's connections in TIME_WAIT on this port do not make it busy, a socket
-  // listening on it or an outgoing connection bound to it do.
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 1) != 0) {
-    int err = errno;
-    ::close(fd);
-    errno = err;
-    error = "bind " + address + ":" + std::to_string(port) + ": " + std::strerror(err);
-    return -1;
-  }
-  return fd;
-}
-
-// On a BlockingWork thread: nccl-root's first line on `fd` (then closed), the ID it
-// prints within milliseconds; the wait is bounded in case the child hangs.
-std::string read_nccl_root_line(int fd, Duration timeout) {
-  std::string line;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  char buf[512];
-  while (line.find('\n') == std::string::npos) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) break;
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    line.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  auto nl = line.find('\n');
-  return nl == std::string::npos ? "" : line.substr(0, nl);
-}
-
-}  // namespace
 
 template <class Work, class Done>
 void Agent::offload(net::BlockingWork& pool, Work work, Done done) {
@@ -314,88 +240,51 @@ void Agent::on_prepare(const protocol::Prepare& m) {
   // answer of the first one is dropped (its Prepare number is no longer the job's).
   release_job_resources(job);
   job.prepare = ++prepares_;
-  std::string error;
-  job.probe_fd = probe_port(m.master_addr, m.master_port, error);
-  if (job.probe_fd < 0) {
-    result.port_busy = errno == EADDRINUSE;
-    result.error = error;
+  auto held = hold_master_port(m.master_addr, m.master_port);
+  if (!held) {
+    result.port_busy = held.error().code() == ErrorCode::Conflict;
+    result.error = held.error().message();
     send(result);
     jobs_.erase(key);
     return;
   }
+  job.probe_fd = *held;
   if (!m.nccl) {
     result.ok = true;
     send(result);
     return;
   }
-  // ncclGetUniqueId opens the bootstrap root's socket in the calling process, which
-  // must outlive the job's init: a child of ours, killed with the job.
-  int out[2];
-  int in[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    result.error = std::string("pipe: ") + std::strerror(errno);
-    send(result);
-    return;
-  }
-  if (::pipe2(in, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    result.error = std::string("pipe: ") + std::strerror(errno);
-    send(result);
-    return;
-  }
   std::error_code ec;
   fs::create_directories(spool_.attempt_dir(m.job, m.attempt), ec);
-  ProcessSpec spec;
-  spec.argv = {config_.worker, "nccl-root"};
-  spec.envp = {"PATH=" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
-  if (!interface_.empty()) spec.envp.push_back("NCCL_SOCKET_IFNAME=" + interface_);
-  spec.log_path = spool_.attempt_dir(m.job, m.attempt) + "/nccl-root.log";
-  spec.stdout_fd = out[1];
-  spec.stdin_fd = in[0];
-  auto pid = spawn(spec);
-  ::close(out[1]);
-  ::close(in[0]);
-  if (!pid) {
-    ::close(out[0]);
-    ::close(in[1]);
-    result.error = "cannot start nccl-root: " + pid.error().message();
+  auto root = start_nccl_root(config_.worker, interface_, spool_.attempt_dir(m.job, m.attempt) + "/nccl-root.log");
+  if (!root) {
+    result.error = root.error().message();
     send(result);
     return;
   }
-  job.nccl_root = *pid;
-  job.nccl_root_stdin = in[1];
+  job.nccl_root = root->pid;
+  job.nccl_root_stdin = root->stdin_fd;
   offload(
       *work_,
-      [fd = out[0], log = spec.log_path] {
-        NcclRootAnswer answer;
-        answer.id = read_nccl_root_line(fd, std::chrono::seconds(20));
-        if (auto valid = check_nccl_unique_id(answer.id); !valid) {
-          std::ifstream log_in(log);
-          std::string why;
-          std::getline(log_in, why);
-          answer.error = "nccl-root gave no unique ID" + (why.empty() ? std::string() : ": " + why);
-        }
-        return answer;
-      },
-      [this, key, prepare = job.prepare, result](const NcclRootAnswer& answer) {
-        on_nccl_root_answer(key, prepare, result, answer);
+      [fd = root->id_fd, log = root->log_path] { return read_nccl_root_id(fd, log, std::chrono::seconds(20)); },
+      [this, key, prepare = job.prepare, result](const Result<std::string>& id) {
+        on_nccl_root_answer(key, prepare, result, id);
       });
 }
 
 void Agent::on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
-                                const NcclRootAnswer& answer) {
+                                const Result<std::string>& id) {
   auto it = jobs_.find(key);
   // Killed meanwhile, or prepared again: this answer is for nobody.
   if (it == jobs_.end() || it->second.prepare != prepare || it->second.killing) return;
-  if (!answer.error.empty()) {
-    result.error = answer.error;
+  if (!id) {
+    result.error = id.error().message();
     send(result);
     release_job_resources(it->second);
     jobs_.erase(it);
     return;
   }
-  result.nccl_id = answer.id;
+  result.nccl_id = *id;
   result.ok = true;
   send(result);
 }
@@ -514,8 +403,8 @@ void Agent::rank_done(const Key& key, Rank& rank, int status) {
   send(m);
   Job& job = jobs_[key];
   bool all = std::all_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r.second.exited; });
+  if (job.escalation) job.escalation->exited(rank.rank);
   if (all) {
-    if (job.kill_timer) job.kill_timer->cancel();
     // Whether they ended by themselves or were killed: make sure nothing of the attempt is
     // left on the node, then say so (AttemptGone), which frees its GPUs and port.
     job.killing = true;
@@ -568,28 +457,16 @@ void Agent::kill_job(const Key& key, Duration grace) {
 
 void Agent::signal_ranks(const Key& key, Duration grace) {
   Job& job = jobs_.at(key);
-  bool any = false;
-  for (auto& [r, rank] : job.ranks) {
-    if (!rank.exited) any = signal_group(rank.pid, grace.count() > 0 ? SIGTERM : SIGKILL) || any;
+  std::map<int, pid_t> running;
+  for (const auto& [r, rank] : job.ranks) {
+    if (!rank.exited) running[r] = rank.pid;
   }
-  if (!any) {
-    finish_kill(key);
-    return;
+  if (!job.escalation) {
+    job.escalation = std::make_unique<KillEscalation>(
+        loop_, "job " + std::to_string(key.first) + " attempt " + std::to_string(key.second));
   }
-  // No grace: SIGKILL went out already, and each rank's reaping finishes the kill. A timer
-  // would only report that ranks "ignored SIGTERM" that was never sent.
-  if (grace.count() <= 0) return;
-  job.kill_timer = std::make_unique<net::Timer>(loop_);
-  job.kill_timer->start(grace, [this, key] {
-    auto j = jobs_.find(key);
-    if (j == jobs_.end()) return;
-    for (auto& [r, rank] : j->second.ranks) {
-      if (!rank.exited) {
-        spdlog::warn("job {} rank {} ignored SIGTERM for the grace period: SIGKILL", key.first, r);
-        signal_group(rank.pid, SIGKILL);
-      }
-    }
-  });
+  // Each rank's reaping goes on with the kill; with none left to signal, it goes on now.
+  if (!job.escalation->start(running, grace)) finish_kill(key);
 }
 
 void Agent::finish_kill(const Key& key) {
@@ -638,8 +515,9 @@ void Agent::on_swept(const Key& key, int tries, std::string left, const std::vec
   for (pid_t pid : killed) left += (left.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
   if (!left.empty() && tries < 40) {
     // SIGKILL is delivered asynchronously: look again shortly.
-    job.kill_timer = std::make_unique<net::Timer>(loop_);
-    job.kill_timer->start(std::chrono::milliseconds(tries == 0 ? 5 : 50), [this, key, tries] { verify_gone(key, tries + 1); });
+    if (!job.verify_timer) job.verify_timer = std::make_unique<net::Timer>(loop_);
+    job.verify_timer->start(std::chrono::milliseconds(tries == 0 ? 5 : 50),
+                            [this, key, tries] { verify_gone(key, tries + 1); });
     return;
   }
   if (!left.empty()) {
@@ -692,23 +570,14 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   protocol::LogData d;
   d.request = m.request;
   d.offset = m.offset;
-  std::string path = spool_.log_path(m.job, m.attempt, m.rank);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  auto slice = read_log_slice(spool_.log_path(m.job, m.attempt, m.rank), m.offset, m.max_bytes);
+  if (!slice) {
     d.error = "no log for job " + std::to_string(m.job) + " rank " + std::to_string(m.rank) + " on this node";
     send(d);
     return;
   }
-  struct stat st{};
-  ::fstat(fd, &st);
-  d.size = static_cast<std::uint64_t>(st.st_size);
-  if (m.offset < d.size) {
-    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>({m.max_bytes, d.size - m.offset, 1 << 20}));
-    d.data.resize(want);
-    ssize_t n = ::pread(fd, d.data.data(), want, static_cast<off_t>(m.offset));
-    d.data.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-  }
-  ::close(fd);
+  d.size = slice->size;
+  d.data = std::move(slice->data);
   auto it = jobs_.find({m.job, m.attempt});
   bool running = it != jobs_.end() && it->second.ranks.contains(m.rank) && !it->second.ranks.at(m.rank).exited;
   d.finished = !running;

@@ -1,7 +1,8 @@
 #pragma once
 // Agent: one per node. Dials the coordinator (so it works behind NAT), reports the
-// node, probes master ports, hosts the NCCL bootstrap root in a child, starts and kills
-// ranks, keeps their logs and serves them. Ranks keep running while the coordinator is
+// node, holds master ports (master_port), hosts the NCCL bootstrap root in a child
+// (nccl_root), starts ranks (rank_start) and kills them (kill_escalation), keeps their
+// logs (spool) and serves them (log_reader). Ranks keep running while the coordinator is
 // away; what happened meanwhile is sent when the link is back. Lives on one event loop
 // thread, which never waits: user lookups, forks, external commands (nvidia-smi, the
 // preflight), reads of /proc and the wait for nccl-root's ID run on BlockingWork
@@ -28,6 +29,7 @@
 namespace corral::agent {
 
 struct StartOutcome;
+class KillEscalation;
 
 // Both run on a BlockingWork thread, never on the loop: they may take minutes.
 struct AgentHooks {
@@ -71,14 +73,10 @@ class Agent {
     bool killing = false;
     Duration kill_grace{0};     // a kill asked for while launching, done once started
     bool verifying = false;     // looking for what is left of it (finish_kill)
-    std::unique_ptr<net::Timer> kill_timer;
+    std::unique_ptr<KillEscalation> escalation;  // SIGTERM, then SIGKILL after the grace
+    std::unique_ptr<net::Timer> verify_timer;     // the next look for what is left
     std::vector<int> gpus;
   };
-  struct NcclRootAnswer {
-    std::string id;
-    std::string error;
-  };
-
   void connect();
   void on_open();
   void on_close(const std::string& reason);
@@ -99,7 +97,7 @@ class Agent {
   template <class Work, class Done>
   void offload(net::BlockingWork& pool, Work work, Done done);
   void on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
-                           const NcclRootAnswer& answer);
+                           const Result<std::string>& id);
   void on_started(const Key& key, StartOutcome outcome);
   void send_synced_when_ready();
   void reap();

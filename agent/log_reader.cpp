@@ -1,0 +1,32 @@
+#include "agent/log_reader.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace corral::agent {
+
+Result<LogSlice> read_log_slice(const std::string& path, std::uint64_t offset, std::uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return make_error(errno == ENOENT ? ErrorCode::NotFound : ErrorCode::Internal,
+                      "cannot open " + path + ": " + std::strerror(errno));
+  }
+  LogSlice slice;
+  struct stat st{};
+  if (::fstat(fd, &st) == 0) slice.size = static_cast<std::uint64_t>(st.st_size);
+  if (offset < slice.size) {
+    auto want = static_cast<std::size_t>(std::min<std::uint64_t>({max_bytes, slice.size - offset, kMaxLogSlice}));
+    slice.data.resize(want);
+    ssize_t n = ::pread(fd, slice.data.data(), want, static_cast<off_t>(offset));
+    slice.data.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  }
+  ::close(fd);
+  return slice;
+}
+
+}  // namespace corral::agent

@@ -1,0 +1,33 @@
+#pragma once
+// The NCCL bootstrap root of a job: ncclGetUniqueId opens the root's socket in the
+// calling process, which must outlive the job's init, so it runs in `corral-worker
+// nccl-root`, a child of the agent in its own process group. The child prints the ID as
+// its first line on stdout and lives until its stdin closes or it is killed with the job.
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/core/error.hpp"
+#include "common/core/time.hpp"
+
+namespace corral::agent {
+
+struct NcclRootChild {
+  pid_t pid = 0;       // leads its own process group
+  int stdin_fd = -1;   // closing it ends the child
+  int id_fd = -1;      // the child's stdout: read the ID from it (read_nccl_root_id)
+  std::string log_path;
+};
+
+// Starts `worker nccl-root` with a plain PATH and NCCL_SOCKET_IFNAME=`interface` (when
+// set), its stderr appended to `log_path`. On the launch thread or the loop (one fork).
+Result<NcclRootChild> start_nccl_root(const std::string& worker, const std::string& interface,
+                                      const std::string& log_path);
+
+// Off the loop: the unique ID the child prints on `fd` (closed here), checked to be 128
+// bytes of hex; the wait is bounded by `timeout` in case the child hangs. Unavailable,
+// with the first line of the child's log, when no valid ID came.
+Result<std::string> read_nccl_root_id(int fd, const std::string& log_path, Duration timeout);
+
+}  // namespace corral::agent
