@@ -17,6 +17,7 @@
 #include "agent/nccl_root.hpp"
 #include "agent/rank_env.hpp"
 #include "agent/rank_start.hpp"
+#include "agent/rank_watch.hpp"
 #include "common/core/check.hpp"
 #include "common/core/overloaded.hpp"
 #include "common/protocol/codec.hpp"
@@ -24,6 +25,9 @@
 namespace corral::agent {
 
 namespace fs = std::filesystem;
+
+// How often ranks that have not checked in yet are looked for (measured: docs/performance.md).
+constexpr Duration kRendezvousWatchInterval = std::chrono::milliseconds(200);
 
 
 template <class Work, class Done>
@@ -107,6 +111,8 @@ Result<void> Agent::start() {
   heartbeat_timer_ = std::make_unique<net::Timer>(loop_);
   preflight_timer_ = std::make_unique<net::Timer>(loop_);
   if (hooks_.preflight) preflight_timer_->start_repeating(config_.preflight_interval, [this] { run_preflight(); });
+  watch_timer_ = std::make_unique<net::Timer>(loop_);
+  watch_timer_->start_repeating(kRendezvousWatchInterval, [this] { watch_rendezvous(); });
   connect();
   return {};
 }
@@ -117,6 +123,7 @@ void Agent::stop() {
   if (heartbeat_timer_) heartbeat_timer_->cancel();
   if (reconnect_timer_) reconnect_timer_->cancel();
   if (preflight_timer_) preflight_timer_->cancel();
+  if (watch_timer_) watch_timer_->cancel();
   if (ws_) ws_->close();
 }
 
@@ -189,7 +196,8 @@ void Agent::on_message(std::string text) {
                         [this](const protocol::Launch& m) { on_launch(m); },
                         [this](const protocol::Kill& m) { on_kill(m); },
                         [this](const protocol::LogRequest& m) { on_log_request(m); },
-                        [this](const protocol::Ack& m) { on_ack(m); }},
+                        [this](const protocol::Ack& m) { on_ack(m); },
+                        [this](const protocol::Inspect& m) { on_inspect(m); }},
              *decoded);
 }
 
@@ -299,6 +307,10 @@ void Agent::on_launch(const protocol::Launch& m) {
   if (!job.ranks.empty() || job.launching || job.killing) return;  // a repeat after a reconnect
   job.launching = true;
   ++launches_in_flight_;
+  if (m.nccl_id.empty()) {
+    job.master_addr = m.master_addr;
+    job.master_port = m.master_port;
+  }
   // Rank 0 binds the master port itself: the probe is closed just before it starts.
   int probe = -1;
   if (std::any_of(m.ranks.begin(), m.ranks.end(), [](const auto& r) { return r.rank == 0; })) {
@@ -318,7 +330,7 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
   Job& job = it->second;
   job.launching = false;
   for (const auto& s : outcome.started) {
-    job.ranks[s.rank] = Rank{s.rank, s.pid, false, s.log, s.gpus};
+    job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, s.log, s.gpus};
     job.gpus.insert(job.gpus.end(), s.gpus.begin(), s.gpus.end());
   }
   for (const auto& report : outcome.reports) {
@@ -582,6 +594,66 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   bool running = it != jobs_.end() && it->second.ranks.contains(m.rank) && !it->second.ranks.at(m.rank).exited;
   d.finished = !running;
   send(d);
+}
+
+void Agent::watch_rendezvous() {
+  if (watch_running_) return;  // the last look is still going
+  struct Look {
+    Key key;
+    std::string master_addr;
+    int master_port = 0;
+    std::vector<WatchedRank> ranks;
+  };
+  std::vector<Look> looks;
+  for (const auto& [key, job] : jobs_) {
+    if (job.master_addr.empty() || job.killing) continue;
+    Look look{key, job.master_addr, job.master_port, {}};
+    for (const auto& [r, rank] : job.ranks) {
+      if (!rank.exited && !rank.joined) look.ranks.push_back({r, rank.pid});
+    }
+    if (!look.ranks.empty()) looks.push_back(std::move(look));
+  }
+  if (looks.empty()) return;
+  watch_running_ = true;
+  offload(
+      *work_,
+      [looks = std::move(looks)] {
+        std::vector<std::pair<Key, int>> joined;
+        for (const auto& look : looks) {
+          for (int rank : joined_ranks(look.ranks, look.master_addr, look.master_port)) joined.emplace_back(look.key, rank);
+        }
+        return joined;
+      },
+      [this](const std::vector<std::pair<Key, int>>& joined) {
+        watch_running_ = false;
+        for (const auto& [key, r] : joined) {
+          auto it = jobs_.find(key);
+          if (it == jobs_.end()) continue;
+          auto rank = it->second.ranks.find(r);
+          if (rank == it->second.ranks.end() || rank->second.joined) continue;
+          rank->second.joined = true;
+          send(protocol::RankJoined{key.first, key.second, r});
+        }
+      });
+}
+
+void Agent::on_inspect(const protocol::Inspect& m) {
+  Key key{m.job, m.attempt};
+  std::vector<WatchedRank> ranks;
+  auto it = jobs_.find(key);
+  for (int r : m.ranks) {
+    pid_t group = 0;
+    if (it != jobs_.end()) {
+      auto rank = it->second.ranks.find(r);
+      if (rank != it->second.ranks.end() && !rank->second.exited) group = rank->second.pid;
+    }
+    ranks.push_back({r, group});
+  }
+  offload(
+      *work_, [ranks = std::move(ranks)] { return inspect_ranks(ranks); },
+      [this, key](const std::vector<protocol::RankProcess>& found) {
+        send(protocol::Inspection{key.first, key.second, found});
+      });
 }
 
 void Agent::run_preflight() {

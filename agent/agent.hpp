@@ -59,6 +59,7 @@ class Agent {
     int rank = 0;
     pid_t pid = 0;
     bool exited = false;
+    bool joined = false;  // checked in to the rendezvous (RankJoined sent)
     std::string log;
     std::vector<int> gpus;
   };
@@ -73,6 +74,10 @@ class Agent {
     bool killing = false;
     Duration kill_grace{0};     // a kill asked for while launching, done once started
     bool verifying = false;     // looking for what is left of it (finish_kill)
+    // Torch mode: where ranks check in (rank 0 listens, the others connect); empty when
+    // the rendezvous is not watched (nccl mode, whose ranks meet at nccl-root).
+    std::string master_addr;
+    int master_port = 0;
     std::unique_ptr<KillEscalation> escalation;  // SIGTERM, then SIGKILL after the grace
     std::unique_ptr<net::Timer> verify_timer;     // the next look for what is left
     std::vector<int> gpus;
@@ -91,6 +96,7 @@ class Agent {
   void on_kill(const protocol::Kill& m);
   void on_log_request(const protocol::LogRequest& m);
   void on_ack(const protocol::Ack& m);
+  void on_inspect(const protocol::Inspect& m);
 
   // Runs `work` on a BlockingWork thread and `done` on the loop, after reaping what
   // exited meanwhile (a command's exit may have held back the reaping of others).
@@ -112,6 +118,8 @@ class Agent {
   void release_job_resources(Job& job);
   void kill_orphans();
   void run_preflight();
+  // Looks, off the loop, for ranks that checked in since the last look.
+  void watch_rendezvous();
 
   net::EventLoop& loop_;
   model::AgentConfig config_;
@@ -125,6 +133,8 @@ class Agent {
   std::unique_ptr<net::Timer> reconnect_timer_;
   std::unique_ptr<net::Timer> heartbeat_timer_;
   std::unique_ptr<net::Timer> preflight_timer_;
+  std::unique_ptr<net::Timer> watch_timer_;
+  bool watch_running_ = false;
   Duration heartbeat_interval_ = std::chrono::seconds(1);
   Outbox outbox_;                    // reports until the coordinator acknowledges them
   std::map<Key, Job> jobs_;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/core/strings.hpp"
+
 namespace corral::cli {
 
 namespace {
@@ -77,15 +79,6 @@ class Table {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
-
-std::string join(const std::vector<std::string>& items, std::string_view sep) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += sep;
-    out += items[i];
-  }
-  return out;
-}
 
 std::string join_ints(const std::vector<int>& items) {
   std::vector<std::string> parts;
@@ -212,6 +205,22 @@ std::string format_job(const JobInfo& job, TimePoint now) {
     }
     if (!waiting.empty()) fields.emplace_back("Waiting for", "ranks " + join(waiting, ", ") + " to be confirmed gone");
   }
+  if (job.rendezvous && job.rendezvous->ranks > 0) {
+    const auto& rv = *job.rendezvous;
+    if (rv.complete_after_ms) {
+      fields.emplace_back("Rendezvous", "complete after " + std::to_string(*rv.complete_after_ms) + " ms (all " +
+                                            std::to_string(rv.ranks) + " ranks checked in)");
+    } else if (!rv.waiting_for.empty() && (job.state == "STARTING" || job.state == "RUNNING")) {
+      std::vector<std::string> waiting;
+      for (const auto& [rank, node] : rv.waiting_for) waiting.push_back(std::to_string(rank) + " (" + clean(node) + ")");
+      fields.emplace_back("Rendezvous", "waiting for ranks " + join(waiting, ", ") + ", " + std::to_string(rv.joined) +
+                                            " of " + std::to_string(rv.ranks) + " joined" +
+                                            (rv.timeout_s > 0 ? "; deadline " + format_duration(Duration(static_cast<std::int64_t>(rv.timeout_s * 1000))) + " after the start"
+                                                              : std::string()));
+    } else {
+      fields.emplace_back("Rendezvous", std::to_string(rv.joined) + " of " + std::to_string(rv.ranks) + " ranks checked in");
+    }
+  }
   // Held until the lost node's agent confirms, or an admin clears it (corral nodes --clear).
   for (const auto& f : job.fences) fields.emplace_back("Fenced", clean(f) + ": not confirmed dead");
 
@@ -225,11 +234,23 @@ std::string format_job(const JobInfo& job, TimePoint now) {
   if (job.ranks.empty()) {
     out += "Ranks: none started\n";
   } else {
-    Table ranks({"RANK", "NODE", "LOCAL", "GPUS", "UUIDS", "PID", "STATE", "EXIT"});
+    // JOINED (when a rank checked in, after the job's start) only where the rendezvous is watched.
+    const bool watched = job.rendezvous && job.rendezvous->ranks > 0;
+    std::vector<std::string> header{"RANK", "NODE", "LOCAL", "GPUS", "UUIDS", "PID", "STATE", "EXIT"};
+    if (watched) header.emplace_back("JOINED");
+    Table ranks(std::move(header));
+    auto started = parse_rfc3339(job.started_at);
     for (const auto& k : job.ranks) {
       std::string exit = k.exit_code ? std::to_string(*k.exit_code) : k.signal ? signal_name(*k.signal) : "-";
-      ranks.add({std::to_string(k.rank), cell(k.node), std::to_string(k.local_rank), cell(join_ints(k.gpus)),
-                 cell(join(k.gpu_uuids, ",")), k.pid ? std::to_string(*k.pid) : "-", cell(k.state), exit});
+      std::vector<std::string> row{std::to_string(k.rank), cell(k.node), std::to_string(k.local_rank),
+                                   cell(join_ints(k.gpus)), cell(join(k.gpu_uuids, ",")),
+                                   k.pid ? std::to_string(*k.pid) : "-", cell(k.state), exit};
+      if (watched) {
+        std::string joined = "-";
+        if (auto at = parse_rfc3339(k.joined_at); at && started) joined = "+" + std::to_string((*at - *started).count()) + " ms";
+        row.push_back(std::move(joined));
+      }
+      ranks.add(std::move(row));
     }
     out += ranks.render();
   }

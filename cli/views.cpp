@@ -70,6 +70,7 @@ RankInfo read_rank(const Json& j, const std::string& path, JsonReader& parent) {
   k.exit_code = opt_int(r, "exit_code");
   k.signal = opt_int(r, "signal");
   k.gone = r.boolean("gone", false);
+  k.joined_at = text(r, "joined_at");
   parent.absorb(r);
   return k;
 }
@@ -112,6 +113,24 @@ JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
                            " (attempt " + std::to_string(f.i32("attempt", 0, static_cast<int>(kMaxInt), 0)) + ")");
       r.absorb(f);
     }
+  }
+  if (const Json* rv = r.object("rendezvous", false)) {
+    JsonReader v(*rv, r.child_path("rendezvous"));
+    RendezvousInfo info;
+    info.ranks = v.i32("ranks", 0, static_cast<int>(kMaxInt), 0);
+    info.joined = v.i32("joined", 0, static_cast<int>(kMaxInt), 0);
+    info.complete_after_ms = opt_i64(v, "complete_after_ms");
+    info.timeout_s = opt_number(v, "timeout_s").value_or(0);
+    if (const Json* waiting = v.array("waiting_for", kMaxItems, false)) {
+      for (std::size_t i = 0; i < waiting->size(); ++i) {
+        JsonReader w((*waiting)[i], v.item_path("waiting_for", i));
+        int rank = w.i32("rank", 0, static_cast<int>(kMaxInt), 0);
+        info.waiting_for.emplace_back(rank, text(w, "node"));
+        v.absorb(w);
+      }
+    }
+    r.absorb(v);
+    job.rendezvous = info;
   }
   if (const Json* ranks = r.array("ranks", kMaxItems, false)) {
     for (std::size_t i = 0; i < ranks->size(); ++i)

@@ -26,6 +26,16 @@ struct RankInfo {
   std::optional<int> exit_code;
   std::optional<int> signal;
   bool gone = false;  // its agent confirmed nothing of it is left
+  std::string joined_at;  // RFC 3339: when it checked in to the rendezvous; empty until then
+};
+
+// Torch mode: who checked in to the rendezvous.
+struct RendezvousInfo {
+  int ranks = 0;
+  int joined = 0;
+  std::optional<std::int64_t> complete_after_ms;
+  std::vector<std::pair<int, std::string>> waiting_for;  // (rank, node) not checked in, alive
+  double timeout_s = 0;  // 0: no deadline
 };
 
 struct EventInfo {
@@ -60,6 +70,7 @@ struct JobInfo {
   // ("gpu-b: GPUs 0,1 and port 29500 (attempt 0)").
   std::vector<std::string> fences;
   std::vector<RankInfo> ranks;
+  std::optional<RendezvousInfo> rendezvous;
   std::vector<EventInfo> events;
 
   // The allocation's node names: node_list, or else the ranks' nodes in rank order.

@@ -71,6 +71,15 @@ Result<Duration> parse_duration(std::string_view text) {
   return Duration(total_ms);
 }
 
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
 std::string format_duration(Duration d) {
   std::int64_t ms = d.count();
   if (ms == 0) return "0s";

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/core/error.hpp"
 #include "common/core/time.hpp"
@@ -31,6 +32,8 @@ Result<Duration> parse_duration(std::string_view text);
 Result<Duration> parse_seconds_or_duration(std::string_view text);
 // The shortest exact form: 90000ms -> "90s", 5400000 -> "1h30m".
 std::string format_duration(Duration d);
+// The items with `sep` between them.
+std::string join(const std::vector<std::string>& items, std::string_view sep);
 
 // Shell-style glob: '*' any run, '?' one character, '[...]' a class. No path semantics.
 bool glob_match(std::string_view pattern, std::string_view text);

@@ -10,6 +10,14 @@ std::string_view to_string(LaunchMode mode) {
   return "unknown";
 }
 
+std::string_view to_string(OnRendezvousTimeout action) {
+  switch (action) {
+    case OnRendezvousTimeout::Fail: return "fail";
+    case OnRendezvousTimeout::Warn: return "warn";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(GpuVisibility visibility) {
   switch (visibility) {
     case GpuVisibility::Node: return "node";

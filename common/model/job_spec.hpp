@@ -18,6 +18,11 @@ namespace corral::model {
 enum class LaunchMode { Torch, Nccl };
 std::string_view to_string(LaunchMode mode);
 
+// What happens when not every rank has checked in by launch.rendezvous_timeout.
+enum class OnRendezvousTimeout { Fail, Warn };
+std::string_view to_string(OnRendezvousTimeout action);
+inline constexpr Duration kDefaultRendezvousTimeout = std::chrono::minutes(5);
+
 // Which GPUs a rank sees through CUDA_VISIBLE_DEVICES. Node (torchrun's contract): every
 // local rank sees all of the job's GPUs on its node, in one order, and LOCAL_RANK indexes
 // them. Rank: each rank sees only its own.
@@ -58,6 +63,10 @@ struct JobSpec {
   GpuVisibility gpu_visibility = GpuVisibility::Node;
   // 0: one process per GPU. Otherwise processes per node; divides the GPUs per node.
   int procs_per_node = 0;
+  // launch.rendezvous_timeout: how long after the start every rank has to check in
+  // (rank 0 listening on MASTER_PORT, every other rank connected to it); 0: no deadline.
+  Duration rendezvous_timeout = kDefaultRendezvousTimeout;
+  OnRendezvousTimeout on_rendezvous_timeout = OnRendezvousTimeout::Fail;
 
   std::optional<Duration> time_limit;
   int priority = 0;                                          // -1000..1000

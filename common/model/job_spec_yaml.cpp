@@ -36,7 +36,8 @@ constexpr std::array<std::string_view, 10> kTopFields = {
     "name", "command", "workdir", "env", "export", "resources", "launch", "time_limit", "priority", "retries"};
 constexpr std::array<std::string_view, 4> kResourceFields = {"nodes", "gpus_per_node", "gpus", "gpu"};
 constexpr std::array<std::string_view, 3> kGpuFields = {"model", "min_memory_gb", "min_cuda"};
-constexpr std::array<std::string_view, 3> kLaunchFields = {"mode", "procs_per_node", "gpu_visibility"};
+constexpr std::array<std::string_view, 5> kLaunchFields = {"mode", "procs_per_node", "gpu_visibility",
+                                                           "rendezvous_timeout", "on_rendezvous_timeout"};
 // A sanity bound: no GPU comes near it, and it keeps gb * 1024 far from overflowing.
 constexpr double kMaxMemoryGb = 16384;
 
@@ -555,7 +556,10 @@ void SpecReader::read_gpu(const Entry& entry, GpuConstraint& gpu) {
 
 LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
   LaunchFields launch;
-  if (!expect_map(entry, "must be a map with mode, procs_per_node or gpu_visibility")) return launch;
+  if (!expect_map(entry, "must be a map with mode, procs_per_node, gpu_visibility, rendezvous_timeout or "
+                         "on_rendezvous_timeout")) {
+    return launch;
+  }
   Fields fields = read_fields(entry.value, entry.path, kLaunchFields);
   if (auto it = fields.find("mode"); it != fields.end()) {
     constexpr LaunchMode kModes[] = {LaunchMode::Torch, LaunchMode::Nccl};
@@ -564,6 +568,22 @@ LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
   if (auto it = fields.find("gpu_visibility"); it != fields.end()) {
     constexpr GpuVisibility kVisibilities[] = {GpuVisibility::Node, GpuVisibility::Rank};
     if (auto v = read_choice(it->second, kVisibilities, "must be node or rank")) spec.gpu_visibility = *v;
+  }
+  if (auto it = fields.find("rendezvous_timeout"); it != fields.end()) {
+    const Entry& timeout = it->second;
+    if (auto text = read_scalar(timeout, "must be a duration like 5m, or 0 for none")) {
+      if (*text == "0") {
+        spec.rendezvous_timeout = Duration(0);
+      } else if (auto duration = parse_duration(*text)) {
+        spec.rendezvous_timeout = *duration;
+      } else {
+        add(timeout.value_at, timeout.path, duration.error().message() + ", or 0 for none");
+      }
+    }
+  }
+  if (auto it = fields.find("on_rendezvous_timeout"); it != fields.end()) {
+    constexpr OnRendezvousTimeout kActions[] = {OnRendezvousTimeout::Fail, OnRendezvousTimeout::Warn};
+    if (auto action = read_choice(it->second, kActions, "must be fail or warn")) spec.on_rendezvous_timeout = *action;
   }
   if (auto it = fields.find("procs_per_node"); it != fields.end()) {
     const Entry& procs = it->second;

@@ -69,6 +69,18 @@ std::string encode(const AgentMessage& message) {
           },
           [](const Synced&) { return Json{{"type", "synced"}}; },
           [](const AttemptGone& m) { return Json{{"type", "attempt_gone"}, {"job", m.job}, {"attempt", m.attempt}}; },
+          [](const RankJoined& m) {
+            return Json{{"type", "rank_joined"}, {"job", m.job}, {"attempt", m.attempt}, {"rank", m.rank}};
+          },
+          [](const Inspection& m) {
+            Json ranks = Json::array();
+            for (const auto& k : m.ranks) {
+              ranks.push_back(Json{{"rank", k.rank},   {"alive", k.alive}, {"pid", k.pid},
+                                   {"command", k.command}, {"state", k.state}, {"wchan", k.wchan},
+                                   {"cpu_ms", k.cpu_ms}, {"processes", k.processes}});
+            }
+            return Json{{"type", "inspection"}, {"job", m.job}, {"attempt", m.attempt}, {"ranks", ranks}};
+          },
       },
       message);
   // Logs may hold any bytes: replace invalid UTF-8 rather than fail.
@@ -125,6 +137,9 @@ std::string encode(const CoordinatorMessage& message) {
                         {"rank", m.rank},          {"offset", m.offset},   {"max_bytes", m.max_bytes}};
           },
           [](const Ack& m) { return Json{{"type", "ack"}, {"received", m.received}}; },
+          [](const Inspect& m) {
+            return Json{{"type", "inspect"}, {"job", m.job}, {"attempt", m.attempt}, {"ranks", m.ranks}};
+          },
       },
       message);
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -187,6 +202,33 @@ Result<AgentMessage> decode_agent(const Json& j) {
     out = Heartbeat{};
   } else if (type == "synced") {
     out = Synced{};
+  } else if (type == "rank_joined") {
+    RankJoined m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.rank = r.i32("rank", 0, kMaxRank);
+    out = m;
+  } else if (type == "inspection") {
+    Inspection m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    if (const Json* a = r.array("ranks", 4096)) {
+      for (std::size_t i = 0; i < a->size() && r.ok(); ++i) {
+        JsonReader e((*a)[i], r.item_path("ranks", i));
+        RankProcess k;
+        k.rank = e.i32("rank", 0, kMaxRank);
+        k.alive = e.boolean("alive");
+        k.pid = e.i32("pid", 0, 1 << 30);
+        k.command = e.str("command", 64, "");
+        k.state = e.str("state", 64, "");
+        k.wchan = e.str("wchan", 128, "");
+        k.cpu_ms = e.i64("cpu_ms", 0, std::int64_t{1} << 50);
+        k.processes = e.i32("processes", 0, 1 << 22);
+        r.absorb(e);
+        m.ranks.push_back(std::move(k));
+      }
+    }
+    out = std::move(m);
   } else if (type == "attempt_gone") {
     AttemptGone m;
     m.job = r.i64("job", 1, kMaxJobId);
@@ -333,6 +375,12 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     out = m;
   } else if (type == "ack") {
     out = Ack{r.u64("received")};
+  } else if (type == "inspect") {
+    Inspect m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.ranks = r.int_list("ranks", 4096, 0, kMaxRank);
+    out = std::move(m);
   } else {
     return make_error(ErrorCode::InvalidArgument, "type: unknown message type " + type.substr(0, 32));
   }
@@ -357,12 +405,13 @@ Result<CoordinatorMessage> decode_coordinator_message(std::string_view text) {
 std::string_view type_name(const AgentMessage& message) {
   static constexpr std::string_view kNames[] = {"hello", "heartbeat", "health", "prepare_result",
                                                 "rank_started", "rank_exited", "log_data", "synced",
-                                                "attempt_gone"};
+                                                "attempt_gone", "rank_joined", "inspection"};
   return kNames[message.index()];
 }
 
 std::string_view type_name(const CoordinatorMessage& message) {
-  static constexpr std::string_view kNames[] = {"welcome", "reconcile", "prepare", "launch", "kill", "log_request", "ack"};
+  static constexpr std::string_view kNames[] = {"welcome", "reconcile", "prepare", "launch", "kill", "log_request", "ack",
+                                                "inspect"};
   return kNames[message.index()];
 }
 

@@ -116,8 +116,40 @@ struct AttemptGone {
   bool operator==(const AttemptGone&) const = default;
 };
 
+// A rank checked in to its job's rendezvous, as the agent saw in /proc: rank 0 listens
+// on MASTER_PORT, any other rank holds a connection to MASTER_ADDR:MASTER_PORT. Sent once
+// per rank and attempt (torch mode).
+struct RankJoined {
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  bool operator==(const RankJoined&) const = default;
+};
+
+// What a rank's processes are doing, from /proc.
+struct RankProcess {
+  int rank = 0;
+  bool alive = false;
+  int pid = 0;                 // the process described: the busiest of the rank's group
+  std::string command;         // its comm
+  std::string state;           // "S (sleeping)"
+  std::string wchan;           // the kernel function it waits in; empty when unknown
+  std::int64_t cpu_ms = 0;     // CPU time of all the rank's processes since it started
+  int processes = 0;           // processes in the rank's group
+  bool operator==(const RankProcess&) const = default;
+};
+
+// The answer to Inspect. Not a report: a lost one is only missing from a message.
+struct Inspection {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::vector<RankProcess> ranks;
+  bool operator==(const Inspection&) const = default;
+};
+
 using AgentMessage =
-    std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData, Synced, AttemptGone>;
+    std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData, Synced, AttemptGone,
+                 RankJoined, Inspection>;
 
 // ---- coordinator -> agent
 
@@ -201,13 +233,23 @@ struct Ack {
   bool operator==(const Ack&) const = default;
 };
 
-using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest, Ack>;
+// Describe these ranks of the attempt (answered with Inspection): a rendezvous that did
+// not complete names what each missing rank is doing.
+struct Inspect {
+  model::JobId job = 0;
+  int attempt = 0;
+  std::vector<int> ranks;
+  bool operator==(const Inspect&) const = default;
+};
 
-// What Ack counts, on both sides: every agent message but hello, heartbeat, log_data and
-// synced.
+using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest, Ack, Inspect>;
+
+// What Ack counts, on both sides: every agent message but hello, heartbeat, log_data,
+// synced and inspection.
 inline bool is_report(const AgentMessage& m) {
   return !std::holds_alternative<Hello>(m) && !std::holds_alternative<Heartbeat>(m) &&
-         !std::holds_alternative<LogData>(m) && !std::holds_alternative<Synced>(m);
+         !std::holds_alternative<LogData>(m) && !std::holds_alternative<Synced>(m) &&
+         !std::holds_alternative<Inspection>(m);
 }
 
 }  // namespace corral::protocol

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/core/overloaded.hpp"
 #include "common/core/strings.hpp"
@@ -89,7 +90,7 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
   out.id = id;
   out.change.mutations.emplace_back(store::InsertJob{rec});
   out.change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + user}});
-  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false});
+  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false, {}});
   return out;
 }
 
@@ -200,6 +201,8 @@ void Ledger::agent_message(const std::string& node, const protocol::AgentMessage
                  [&](const protocol::LogData&) {},  // answered by the caller
                  [&](const protocol::Synced&) { on_synced(node); },
                  [&](const protocol::AttemptGone& m) { on_attempt_gone(node, m); },
+                 [&](const protocol::RankJoined& m) { on_rank_joined(node, m); },
+                 [&](const protocol::Inspection& m) { on_inspection(node, m); },
              },
              message);
 }
@@ -238,6 +241,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       job->launched_on.clear();
       job->prepare_sent_on.reset();
       job->prepared = false;
+      job->rendezvous = {};
       break;
     case JobState::Pending:
       // Requeued, or placed again after a busy port: nothing of the old attempt stays.
@@ -419,6 +423,9 @@ void Ledger::tick(TimePoint now) {
       const Link* l = link(na.node);
       if (l != nullptr && l->connected && l->synced) resume_launch(job, na.node);
     }
+  }
+  for (auto& [id, job] : jobs_) {
+    if (job.record.state == JobState::Starting || job.record.state == JobState::Running) check_rendezvous(job);
   }
   // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
   for (auto& [name, link] : links_) {
@@ -771,6 +778,129 @@ void Ledger::on_rank_started(const std::string& node, const protocol::RankStarte
   }
 }
 
+void Ledger::on_rank_joined(const std::string& node, const protocol::RankJoined& m) {
+  Job* job = live(m.job);
+  store::RankRecord* rank = own_rank(job, node, m.attempt, m.rank);
+  if (rank == nullptr || rank->joined_at || model::rank_ended(rank->state)) return;
+  rank->joined_at = now_;
+  const auto& ranks = job->record.ranks;
+  bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.joined_at.has_value(); });
+  std::string event;
+  if (all && job->record.started_at) {
+    event = "rendezvous complete after " + std::to_string((now_ - *job->record.started_at).count()) + " ms: all " +
+            std::to_string(ranks.size()) + " ranks checked in";
+  }
+  persist_job(*job, std::move(event));
+}
+
+void Ledger::check_rendezvous(Job& job) {
+  using Phase = Job::Rendezvous::Phase;
+  auto& rec = job.record;
+  auto& rv = job.rendezvous;
+  if (rv.phase == Phase::Done || job.spec.mode != model::LaunchMode::Torch) return;
+  if (job.spec.rendezvous_timeout.count() <= 0 || !rec.started_at || rec.ranks.size() < 2) return;
+  if (rv.phase == Phase::Inspecting) {
+    if (rv.asked.empty() || now_ >= rv.answers_by) end_rendezvous(job);
+    return;
+  }
+  if (now_ < *rec.started_at + job.spec.rendezvous_timeout) return;
+  // Missing: ranks that neither checked in nor ended (one that exited 0 before it was
+  // seen did its part).
+  std::map<std::string, std::vector<int>> missing;  // by node
+  bool any_joined = false;
+  for (const auto& r : rec.ranks) {
+    any_joined = any_joined || r.joined_at.has_value();
+    if (!r.joined_at && !model::rank_ended(r.state)) missing[r.node].push_back(r.rank);
+  }
+  if (missing.empty()) {
+    rv.phase = Phase::Done;
+    return;
+  }
+  if (!any_joined) {
+    // No rank ever listened on MASTER_PORT or connected to it: the program does not meet
+    // through MASTER_ADDR/MASTER_PORT at all (its own launcher, a single-process tool). It
+    // is not judged by a rendezvous it does not use.
+    rv.phase = Phase::Done;
+    persist_job(job, "no rank checked in within " + format_duration(job.spec.rendezvous_timeout) +
+                         " (rank 0 never listened on MASTER_PORT): the job does not seem to meet through "
+                         "MASTER_ADDR/MASTER_PORT; the rendezvous deadline is not applied");
+    return;
+  }
+  rv.phase = Phase::Inspecting;
+  rv.answers_by = now_ + std::chrono::seconds(1);
+  for (auto& [node, ranks] : missing) {
+    if (!connected(node)) continue;  // named as not answering
+    rv.asked.insert(node);
+    send(node, protocol::Inspect{rec.id, rec.attempt, ranks});
+  }
+  if (rv.asked.empty()) end_rendezvous(job);
+}
+
+void Ledger::on_inspection(const std::string& node, const protocol::Inspection& m) {
+  Job* job = live(m.job);
+  if (job == nullptr || job->record.attempt != m.attempt) return;
+  auto& rv = job->rendezvous;
+  if (rv.phase != Job::Rendezvous::Phase::Inspecting || rv.asked.erase(node) == 0) return;
+  for (const auto& p : m.ranks) rv.found.emplace_back(node, p);
+  if (rv.asked.empty()) end_rendezvous(*job);
+}
+
+namespace {
+
+// "rank 3 on gpu-b: alive, pid 812 (python3) S (sleeping) in hrtimer_nanosleep, 0.04 s of CPU"
+std::string describe_rank_process(const std::string& node, const protocol::RankProcess& p) {
+  std::string out = "rank " + std::to_string(p.rank) + " on " + node + ": ";
+  if (!p.alive) return out + "no process left";
+  char cpu[32];
+  std::snprintf(cpu, sizeof(cpu), "%.2f", static_cast<double>(p.cpu_ms) / 1000.0);
+  out += "alive, pid " + std::to_string(p.pid) + " (" + p.command + ") " + p.state;
+  if (!p.wchan.empty()) out += " in " + p.wchan;
+  out += std::string(", ") + cpu + " s of CPU since it started";
+  if (p.processes > 1) out += " (" + std::to_string(p.processes) + " processes)";
+  return out;
+}
+
+}  // namespace
+
+void Ledger::end_rendezvous(Job& job) {
+  auto& rec = job.record;
+  auto& rv = job.rendezvous;
+  rv.phase = Job::Rendezvous::Phase::Done;
+  std::vector<std::string> missing;
+  std::optional<int> first_rank;
+  std::string first_node;
+  std::size_t joined = 0;
+  for (const auto& r : rec.ranks) {
+    if (r.joined_at) ++joined;
+    if (r.joined_at || model::rank_ended(r.state)) continue;
+    if (!first_rank) {
+      first_rank = r.rank;
+      first_node = r.node;
+    }
+    auto found = std::find_if(rv.found.begin(), rv.found.end(),
+                              [&](const auto& f) { return f.first == r.node && f.second.rank == r.rank; });
+    missing.push_back(found != rv.found.end()
+                          ? describe_rank_process(r.node, found->second)
+                          : "rank " + std::to_string(r.rank) + " on " + r.node + ": its agent did not answer");
+  }
+  rv.found.clear();
+  rv.asked.clear();
+  if (missing.empty()) return;  // they checked in while we asked
+  std::string message = "rendezvous not complete after " + format_duration(job.spec.rendezvous_timeout) + ": " +
+                        std::to_string(joined) + " of " + std::to_string(rec.ranks.size()) +
+                        " ranks checked in; missing " + join(missing, "; ");
+  spdlog::warn("job {}: {}", rec.id, message);
+  if (job.spec.on_rendezvous_timeout == model::OnRendezvousTimeout::Warn) {
+    persist_job(job, message);
+    return;
+  }
+  sched::EventInfo info;
+  info.rank = first_rank;
+  info.node = first_node;
+  info.message = message;
+  job_event(rec.id, rec.attempt, sched::JobEvent::RendezvousTimeout, info);
+}
+
 void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited& m) {
   Job* job = any(m.job);
   store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
@@ -879,7 +1009,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
       out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
       continue;
     }
-    Job job{record, *spec, {}, {}, false};
+    Job job{record, *spec, {}, {}, false, {}};
     Result<void> ok;
     if (record.state == JobState::Pending) {
       ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);
@@ -921,7 +1051,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
     }
     if (model::is_terminal(record.state) && record.fenced()) {
       auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
-      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false});
+      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false, {}});
     }
   }
   // Every node is down until its agent says hello; the jobs on them stay as they are

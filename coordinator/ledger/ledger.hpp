@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -60,6 +61,17 @@ class Ledger {
     // answer came (in this process's life).
     std::optional<std::uint64_t> prepare_sent_on;
     bool prepared = false;
+    // The attempt's rendezvous deadline (launch.rendezvous_timeout): waiting for every
+    // rank to check in, then asking the agents of the missing ranks what those do, then
+    // done (failed, warned, or every rank in).
+    struct Rendezvous {
+      enum class Phase { Waiting, Inspecting, Done };
+      Phase phase = Phase::Waiting;
+      TimePoint answers_by{};
+      std::set<std::string> asked;  // nodes whose Inspection has not come yet
+      std::vector<std::pair<std::string, protocol::RankProcess>> found;  // (node, what its rank does)
+    };
+    Rendezvous rendezvous;
   };
   // What a node's agent last told us.
   struct Link {
@@ -153,6 +165,12 @@ class Ledger {
   void on_rank_exited(const std::string& node, const protocol::RankExited& m);
   void on_synced(const std::string& node);
   void on_attempt_gone(const std::string& node, const protocol::AttemptGone& m);
+  void on_rank_joined(const std::string& node, const protocol::RankJoined& m);
+  void on_inspection(const std::string& node, const protocol::Inspection& m);
+  // At the deadline: asks the agents of the ranks that did not check in what they do;
+  // once they answered (or a second passed), fails the job or warns.
+  void check_rendezvous(Job& job);
+  void end_rendezvous(Job& job);
   // Records that no process of the job's attempt is left on `node`; RanksGone once that
   // holds on every node. `why` goes to the event log.
   void confirm_gone(Job& job, const std::string& node, const std::string& why);

@@ -18,6 +18,7 @@ std::string_view to_string(JobEvent event) {
     case JobEvent::TimeLimit: return "TimeLimit";
     case JobEvent::NodeLost: return "NodeLost";
     case JobEvent::RanksGone: return "RanksGone";
+    case JobEvent::RendezvousTimeout: return "RendezvousTimeout";
   }
   return "Unknown";
 }
@@ -61,6 +62,8 @@ Result<Transition> next_state(JobState from, JobEvent event, bool retry_left, st
         case JobEvent::Cancel: return ending(JobState::Cancelled);
         case JobEvent::TimeLimit: return ending(JobState::Timeout);
         case JobEvent::NodeLost: return failed_or_requeued(JobState::NodeFail, retry_left);
+        // A rank that never checked in: like a rank that failed (a retry may land elsewhere).
+        case JobEvent::RendezvousTimeout: return failed_or_requeued(JobState::Failed, retry_left);
         default: return invalid(from, event);
       }
     case JobState::Running:
@@ -70,6 +73,7 @@ Result<Transition> next_state(JobState from, JobEvent event, bool retry_left, st
         case JobEvent::Cancel: return ending(JobState::Cancelled);
         case JobEvent::TimeLimit: return ending(JobState::Timeout);
         case JobEvent::NodeLost: return failed_or_requeued(JobState::NodeFail, retry_left);
+        case JobEvent::RendezvousTimeout: return failed_or_requeued(JobState::Failed, retry_left);
         default: return invalid(from, event);
       }
     case JobState::Ending:

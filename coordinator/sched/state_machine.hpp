@@ -20,11 +20,13 @@ enum class JobEvent {
   TimeLimit,         // it ran past its time limit
   NodeLost,          // a node it runs on went down, or its agent does not know a rank
   RanksGone,         // every agent confirmed that no process of the attempt is left
+  RendezvousTimeout,  // not every rank checked in by launch.rendezvous_timeout
 };
 inline constexpr JobEvent kAllJobEvents[] = {
     JobEvent::Schedule, JobEvent::AllRanksStarted, JobEvent::AllRanksExitedOk,
     JobEvent::RankFailed, JobEvent::LaunchFailed, JobEvent::PortBusy,
-    JobEvent::Cancel, JobEvent::TimeLimit, JobEvent::NodeLost, JobEvent::RanksGone};
+    JobEvent::Cancel, JobEvent::TimeLimit, JobEvent::NodeLost, JobEvent::RanksGone,
+    JobEvent::RendezvousTimeout};
 
 std::string_view to_string(JobEvent event);
 

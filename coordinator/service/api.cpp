@@ -206,6 +206,7 @@ JobView view_of(const store::JobRecord& rec, const model::JobSpec* spec, const s
     v.retries = spec->retries;
     v.priority = spec->priority;
     v.time_limit = spec->time_limit;
+    if (spec->mode == model::LaunchMode::Torch) v.rendezvous_timeout = spec->rendezvous_timeout;
   }
   if (rec.allocation) v.nodes = static_cast<int>(rec.allocation->nodes.size());
   if (live != nullptr && live->state == JobState::Pending) v.pending = live->reason;

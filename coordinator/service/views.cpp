@@ -40,7 +40,29 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
                          {"state", std::string(model::to_string(k.state))},
                          {"exit_code", opt(k.exit_code)},
                          {"signal", opt(k.signal)},
-                         {"gone", k.gone}});
+                         {"gone", k.gone},
+                         {"joined_at", time_json(k.joined_at)}});
+  }
+  // The rendezvous: which ranks checked in, and when the last one did.
+  Json rendezvous(nullptr);
+  if (view.rendezvous_timeout && !r.ranks.empty()) {
+    Json waiting_ranks = Json::array();
+    std::optional<TimePoint> last;
+    std::size_t joined = 0;
+    for (const auto& k : r.ranks) {
+      if (k.joined_at) {
+        ++joined;
+        last = last ? std::max(*last, *k.joined_at) : *k.joined_at;
+      } else if (!model::rank_ended(k.state)) {
+        waiting_ranks.push_back(Json{{"rank", k.rank}, {"node", k.node}});
+      }
+    }
+    bool complete = joined == r.ranks.size();
+    rendezvous = Json{{"ranks", r.ranks.size()},
+                      {"joined", joined},
+                      {"complete_after_ms", complete && r.started_at ? Json((*last - *r.started_at).count()) : Json(nullptr)},
+                      {"waiting_for", waiting_ranks},
+                      {"timeout_s", std::chrono::duration<double>(*view.rendezvous_timeout).count()}};
   }
   Json fences = Json::array();
   for (const auto& f : r.fences) {
@@ -88,6 +110,7 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
          {"outcome", r.outcome ? Json(std::string(model::to_string(*r.outcome))) : Json(nullptr)},
          {"waiting_for", waiting},
          {"fences", fences},
+         {"rendezvous", rendezvous},
          {"ranks", ranks}};
   if (r.allocation) {
     for (const auto& na : r.allocation->nodes) j["node_list"].push_back(na.node);

@@ -26,6 +26,8 @@ struct JobView {
   int retries = 0;
   int priority = 0;
   std::optional<Duration> time_limit;
+  // launch.rendezvous_timeout when the rendezvous is watched (torch mode), else unset.
+  std::optional<Duration> rendezvous_timeout;
   std::optional<sched::PendingReason> pending;  // live reason while PENDING
 };
 Json job_json(const JobView& view, const std::vector<store::JobEvent>* events);

@@ -140,7 +140,8 @@ std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
                    {"state", model::to_string(r.state)},
                    {"exit_code", optional_int(r.exit_code)},
                    {"signal", optional_int(r.signal)},
-                   {"gone", r.gone}});
+                   {"gone", r.gone},
+                   {"joined_at", r.joined_at ? json(to_millis(*r.joined_at)) : json(nullptr)}});
   }
   return dump(doc);
 }
@@ -169,6 +170,10 @@ Result<std::vector<RankRecord>> ranks_from_json(std::string_view text) {
       rank.signal = optional_int(r.at("signal"));
       // Written since schema version 3; rows from before hold no ENDING job.
       rank.gone = r.contains("gone") && r.at("gone").get<bool>();
+      // Written since rendezvous check-ins were recorded; absent in older rows.
+      if (r.contains("joined_at") && !r.at("joined_at").is_null()) {
+        rank.joined_at = from_millis(r.at("joined_at").get<std::int64_t>());
+      }
       ranks.push_back(std::move(rank));
     }
     return ranks;

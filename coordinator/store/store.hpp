@@ -34,6 +34,9 @@ struct RankRecord {
   // process group is gone, and no process carries the attempt's CORRAL_JOB_ID and
   // CORRAL_ATTEMPT). Until then an ENDING job keeps this rank's GPUs.
   bool gone = false;
+  // When the rank checked in to its job's rendezvous (its agent saw rank 0 listening on
+  // MASTER_PORT, any other rank connected to it); unset until then, and in nccl mode.
+  std::optional<TimePoint> joined_at = std::nullopt;
 
   bool operator==(const RankRecord&) const = default;
 };

@@ -350,11 +350,26 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                      procs_.push_back(p);
                      idx.push_back(procs_.size() - 1);
                      agent_send(a, protocol::RankStarted{l.job, l.attempt, r.rank, static_cast<int>(procs_.size()) + 99});
+                     // Most ranks check in to the rendezvous; some never do (hung before it).
+                     if (chance(0.8)) agent_send(a, protocol::RankJoined{l.job, l.attempt, r.rank});
                    }
                    maybe_gone(a, key);  // none started: nothing of it runs here
                  },
                  [&](const protocol::Kill& k) { agent_kill(a, {k.job, k.attempt}, k.grace_ms > 0); },
                  [&](const protocol::LogRequest&) {},
+                 [&](const protocol::Inspect& in) {
+                   protocol::Inspection answer{in.job, in.attempt, {}};
+                   for (int rank : in.ranks) {
+                     protocol::RankProcess p;
+                     p.rank = rank;
+                     for (const auto& proc : procs_) {
+                       if (proc.node == a.name && proc.job == in.job && proc.attempt == in.attempt && proc.rank == rank)
+                         p.alive = proc.alive;
+                     }
+                     answer.ranks.push_back(p);
+                   }
+                   agent_send(a, answer);
+                 },
                  [&](const protocol::Ack& k) {
                    while (a.acked < k.received && !a.unacked.empty()) {
                      a.unacked.pop_front();

@@ -272,7 +272,7 @@ std::vector<BadSpec> bad_specs() {
 
       // launch
       {"LaunchIsAString", valid_plus("launch: torchrun\n"),
-       "job.yaml:5:9: launch: must be a map with mode, procs_per_node or gpu_visibility, got \"torchrun\""},
+       "job.yaml:5:9: launch: must be a map with mode, procs_per_node, gpu_visibility, rendezvous_timeout or on_rendezvous_timeout, got \"torchrun\""},
       {"LaunchModeUnknown", valid_plus("launch: {mode: mpi}\n"),
        "job.yaml:5:16: launch.mode: must be torch or nccl, got \"mpi\""},
       {"LaunchMisspelledMode", valid_plus("launch: {mod: nccl}\n"),

@@ -136,7 +136,7 @@ class Fuzz {
         }
         return;
       }
-      JobEvent e = kAllJobEvents[pick(1, 9)];  // anything but Schedule, valid or not
+      JobEvent e = kAllJobEvents[pick(1, static_cast<int>(std::size(kAllJobEvents)) - 1)];  // anything but Schedule
       EventInfo info{pick(0, 3), "", pick(1, 2), ""};
       auto r = s_.on_event(id, j->attempt, e, now_, info);
       if (r) apply(*r);

@@ -41,6 +41,8 @@ const std::map<std::pair<S, E>, Expected>& table() {
       {{S::Running, E::Cancel}, {{S::Ending, S::Cancelled}, {S::Ending, S::Cancelled}}},
       {{S::Running, E::TimeLimit}, {{S::Ending, S::Timeout}, {S::Ending, S::Timeout}}},
       {{S::Running, E::NodeLost}, {{S::Ending, S::NodeFail}, {S::Ending, S::Pending}}},
+      {{S::Starting, E::RendezvousTimeout}, {{S::Ending, S::Failed}, {S::Ending, S::Pending}}},
+      {{S::Running, E::RendezvousTimeout}, {{S::Ending, S::Failed}, {S::Ending, S::Pending}}},
   };
   return t;
 }
@@ -69,7 +71,7 @@ TEST(JobStateMachine, EveryStateEventPairFollowsTheTable) {
       }
     }
   }
-  EXPECT_EQ(checked, 8 * 10 * 2);
+  EXPECT_EQ(checked, 8 * 11 * 2);
 }
 
 TEST(JobStateMachine, EndingTakesItsOutcomeOnlyWhenEveryRankIsGone) {
