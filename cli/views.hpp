@@ -133,6 +133,5 @@ std::vector<std::string> parse_problems(std::string_view json);
 [[nodiscard]] Result<std::string> pretty_json(std::string_view json);
 
 // "2026-12-02T10:00:00.123Z" (fraction optional; "Z" or "+hh:mm"/"-hh:mm").
-std::optional<TimePoint> parse_rfc3339(std::string_view text);
 
 }  // namespace corral::cli

@@ -6,17 +6,6 @@
 
 namespace corral::service {
 
-std::string format_time(TimePoint t) {
-  auto ms = to_millis(t);
-  std::time_t secs = static_cast<std::time_t>(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
-  int millis = static_cast<int>(ms - static_cast<std::int64_t>(secs) * 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-  return buf;
-}
 
 Json time_json(const std::optional<TimePoint>& t) { return t ? Json(format_time(*t)) : Json(nullptr); }
 

@@ -16,7 +16,6 @@ namespace corral::service {
 
 using Json = nlohmann::json;
 
-std::string format_time(TimePoint t);  // RFC 3339 UTC with milliseconds
 Json time_json(const std::optional<TimePoint>& t);
 
 struct JobView {

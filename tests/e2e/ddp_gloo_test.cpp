@@ -134,6 +134,18 @@ TEST_F(DdpGloo, TheExampleJobTrainsOnTwoHostsAndEveryRankEndsWithTheSameParamete
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(hosts.size(), 2u);
+  // Every rank was seen checking in (rank 0 listening on the master port, the others
+  // connected to it), and the rendezvous time is what `corral show` prints.
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(j["ranks"][r]["joined_at"].is_string()) << j["ranks"][r].dump();
+  ASSERT_TRUE(j["rendezvous"].is_object()) << j.dump(2);
+  EXPECT_EQ(j["rendezvous"]["joined"], 4);
+  ASSERT_TRUE(j["rendezvous"]["complete_after_ms"].is_number()) << j["rendezvous"].dump();
+  std::int64_t after = j["rendezvous"]["complete_after_ms"];
+  auto [shown, text] = cli({"show", id});
+  EXPECT_NE(text.find("complete after " + std::to_string(after) + " ms (all 4 ranks checked in)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("JOINED"), std::string::npos) << text;
   EXPECT_EQ(steps, (std::set<int>{2 * (1003 / 4 / 16)}));  // two epochs of whole batches, on every rank
   EXPECT_EQ(sums.size(), 1u) << "ranks ended with different parameters";
 }
@@ -161,6 +173,61 @@ TEST_F(DdpGloo, WithGlooOnLoopbackTheSameJobCannotFormItsGroupAcrossHosts) {
   for (int r = 0; r < 4; ++r) logs += cli({"logs", id, "--rank", std::to_string(r)}).second;
   EXPECT_NE(logs.find("connect [127.0.0.1]"), std::string::npos) << logs;
   EXPECT_NE(logs.find("Connection refused"), std::string::npos) << logs;
+}
+
+// The failure this watch is for: a 2 x 2 DDP job whose rank 3 sleeps before it calls
+// init_process_group. Ranks 0-2 wait in the rendezvous; corral ends the job at
+// launch.rendezvous_timeout, naming rank 3, its node and what its process is doing.
+TEST_F(DdpGloo, ARankThatNeverJoinsEndsTheJobAtTheDeadlineNamingItsNodeAndWhatItDoes) {
+  std::string script = dir_.file("late_rank.py");
+  std::ofstream(script) << "import os, time\n"
+                           "if os.environ['RANK'] == '3':\n"
+                           "    time.sleep(600)\n"
+                           "import torch.distributed as dist\n"
+                           "dist.init_process_group(backend='gloo', init_method='env://')\n"
+                           "dist.barrier()\n";
+  std::string file = dir_.file("late.yaml");
+  std::ofstream(file) << "name: late\ncommand: " << kPython << " " << script
+                      << "\nresources: {nodes: 2, gpus_per_node: 2}\n"
+                         "launch: {mode: torch, rendezvous_timeout: 10s}\ntime_limit: 5m\n";
+  auto [submitted, out] = cli({"submit", file, "--json"});
+  ASSERT_EQ(submitted, 0) << out;
+  std::string id = std::to_string(parse(out)["id"].get<model::JobId>());
+  auto [waited, end] = cli({"wait", id, "--timeout", "60", "--json"});
+  Json j = parse(cli({"show", id, "--json"}).second);
+  EXPECT_EQ(j["state"], "FAILED") << j.dump(2);
+  EXPECT_EQ(j["reason"], "RendezvousTimeout") << j.dump(2);
+  ASSERT_EQ(j["ranks"].size(), 4u) << j.dump(2);
+  std::string node3 = j["ranks"][3]["node"];
+  EXPECT_TRUE(j["ranks"][3]["joined_at"].is_null());
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(j["ranks"][r]["joined_at"].is_string()) << j["ranks"][r].dump();
+  // The message: rank 3, its node, alive, python sleeping.
+  std::string message;
+  TimePoint failed_at{};
+  for (const auto& e : j["events"]) {
+    std::string text = e["text"];
+    if (text.find("rendezvous not complete") != std::string::npos) {
+      message = text;
+      failed_at = *parse_rfc3339(e["at"].get<std::string>());
+    }
+  }
+  EXPECT_NE(message.find("3 of 4 ranks checked in; missing rank 3 on " + node3 + ": alive, pid "), std::string::npos)
+      << j["events"].dump(2);
+  EXPECT_NE(message.find("S (sleeping)"), std::string::npos) << message;
+  // Within the timeout + 2 s of the start.
+  auto started = parse_rfc3339(j["started_at"].get<std::string>());
+  ASSERT_TRUE(started.has_value());
+  auto took = failed_at - *started;
+  auto ended = parse_rfc3339(j["ended_at"].get<std::string>());
+  ASSERT_TRUE(ended.has_value());
+  std::cout << "rendezvous timeout 10 s: the job's failure was recorded " << took.count()
+            << " ms after its start, every rank gone and the job FAILED after " << (*ended - *started).count()
+            << " ms: " << message << "\n";
+  EXPECT_GE(took, std::chrono::seconds(10));
+  EXPECT_LT(took, std::chrono::seconds(12));
+  auto [shown, text] = cli({"show", id});
+  EXPECT_NE(text.find("RendezvousTimeout"), std::string::npos) << text;
+  EXPECT_NE(text.find("missing rank 3 on " + node3), std::string::npos) << text;
 }
 
 // A rank's view as rank_view.py wrote it, by rank.

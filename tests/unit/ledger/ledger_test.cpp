@@ -62,9 +62,9 @@ class LedgerTest : public ::testing::Test {
     ledger_->agent_message(node, m, now_);
     commit();
   }
-  model::JobId submit(int nodes, int gpus) {
+  model::JobId submit(int nodes, int gpus, const std::string& more = "") {
     std::string text = "name: t\ncommand: \"true\"\nresources: {nodes: " + std::to_string(nodes) +
-                       ", gpus_per_node: " + std::to_string(gpus) + "}\n";
+                       ", gpus_per_node: " + std::to_string(gpus) + "}\n" + more;
     auto spec = model::parse_job_spec(text, "t.yaml");
     EXPECT_TRUE(spec.has_value());
     auto s = ledger_->submit("alice", *spec, text, now_);
@@ -75,8 +75,8 @@ class LedgerTest : public ::testing::Test {
     return s->id;
   }
   // Prepare answered, every rank started: the job RUNNING on a (ranks 0, 1) and b (2, 3).
-  model::JobId running_two_by_two() {
-    model::JobId id = submit(2, 2);
+  model::JobId running_two_by_two(const std::string& more = "") {
+    model::JobId id = submit(2, 2, more);
     EXPECT_EQ(sent_to<protocol::Prepare>("a").size(), 1u);
     say("a", protocol::PrepareResult{id, 0, true, false, "", "", 29500});
     EXPECT_EQ(sent_to<protocol::Launch>("b").size(), 1u);
@@ -189,6 +189,132 @@ TEST_F(LedgerTest, ALostNodesRanksAreFencedAndTheFenceGoesWhenItsAgentConfirms) 
   say("b", protocol::AttemptGone{id, 0});
   EXPECT_TRUE((*store_.job(id))->fences.empty());
   EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 0).has_value());
+}
+
+// The rendezvous deadline, launch.rendezvous_timeout. Both agents stay heard from.
+class RendezvousTest : public LedgerTest {
+ protected:
+  void pass(Duration d) {
+    now_ += d;
+    ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+    ledger_->agent_message("b", protocol::Heartbeat{}, now_);
+    ledger_->tick(now_);
+    commit();
+  }
+  std::vector<std::string> events(model::JobId id) {
+    std::vector<std::string> out;
+    auto stored = store_.events(id);
+    for (const auto& e : stored.value()) out.push_back(e.text);
+    return out;
+  }
+  bool has_event(model::JobId id, const std::string& part) {
+    for (const auto& e : events(id)) {
+      if (e.find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+  void SetUp() override {
+    join("a", hello("a", 2));
+    join("b", hello("b", 2));
+  }
+  static protocol::RankProcess sleeping(int rank) {
+    return {rank, true, 812, "python3", "S (sleeping)", "hrtimer_nanosleep", 40, 1};
+  }
+};
+
+TEST_F(RendezvousTest, EachJoinIsPersistedAndTheLastOneCompletesTheRendezvous) {
+  model::JobId id = running_two_by_two("launch: {rendezvous_timeout: 10s}\n");
+  pass(1500ms);
+  for (int r = 0; r < 3; ++r) say(r < 2 ? "a" : "b", protocol::RankJoined{id, 0, r});
+  EXPECT_TRUE((*store_.job(id))->ranks[1].joined_at.has_value());
+  EXPECT_FALSE((*store_.job(id))->ranks[3].joined_at.has_value());
+  EXPECT_FALSE(has_event(id, "rendezvous complete"));
+  say("b", protocol::RankJoined{id, 0, 3});
+  say("b", protocol::RankJoined{id, 0, 3});  // twice: the first one counts
+  EXPECT_TRUE(has_event(id, "rendezvous complete after 1500 ms: all 4 ranks checked in"))
+      << testing::PrintToString(events(id));
+  pass(20s);
+  EXPECT_EQ(state(id), JobState::Running);
+  EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
+  restart();  // the join times are on disk
+  EXPECT_TRUE((*store_.job(id))->ranks[3].joined_at.has_value());
+}
+
+TEST_F(RendezvousTest, AtTheDeadlineTheMissingRanksNodeIsAskedAndTheJobFailsNamingIt) {
+  model::JobId id = running_two_by_two("launch: {rendezvous_timeout: 10s}\n");
+  for (int r = 0; r < 3; ++r) say(r < 2 ? "a" : "b", protocol::RankJoined{id, 0, r});
+  pass(9s);
+  EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
+  pass(1s);
+  auto asked = sent_to<protocol::Inspect>("b");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], (protocol::Inspect{id, 0, {3}}));
+  EXPECT_TRUE(sent_to<protocol::Inspect>("a").empty()) << "a's ranks all checked in";
+  EXPECT_EQ(state(id), JobState::Running) << "judged once the answer came";
+  say("b", protocol::Inspection{id, 0, {sleeping(3)}});
+  EXPECT_EQ(state(id), JobState::Ending);
+  auto rec = *store_.job(id);
+  EXPECT_EQ(rec->outcome, JobState::Failed);
+  EXPECT_EQ(rec->reason, "RendezvousTimeout");
+  EXPECT_TRUE(has_event(id, "rendezvous not complete after 10s: 3 of 4 ranks checked in; missing rank 3 on b: alive, "
+                            "pid 812 (python3) S (sleeping) in hrtimer_nanosleep, 0.04 s of CPU since it started"))
+      << testing::PrintToString(events(id));
+  EXPECT_FALSE(sent_to<protocol::Kill>("a").empty());  // the gang goes down
+}
+
+TEST_F(RendezvousTest, ANodeThatDoesNotAnswerWithinASecondIsNamedAsSuch) {
+  model::JobId id = running_two_by_two("launch: {rendezvous_timeout: 10s}\n");
+  say("a", protocol::RankJoined{id, 0, 0});
+  pass(10s);
+  ASSERT_EQ(sent_to<protocol::Inspect>("a").size(), 1u);
+  ASSERT_EQ(sent_to<protocol::Inspect>("b").size(), 1u);
+  say("a", protocol::Inspection{id, 0, {sleeping(1)}});
+  EXPECT_EQ(state(id), JobState::Running);
+  pass(999ms);
+  EXPECT_EQ(state(id), JobState::Running);
+  pass(1ms);
+  EXPECT_EQ((*store_.job(id))->reason, "RendezvousTimeout");
+  EXPECT_TRUE(has_event(id, "1 of 4 ranks checked in; missing rank 1 on a: alive, pid 812"));
+  EXPECT_TRUE(has_event(id, "rank 2 on b: its agent did not answer; rank 3 on b: its agent did not answer"));
+}
+
+TEST_F(RendezvousTest, WarnLeavesTheJobRunningWithTheMessageAsAnEvent) {
+  model::JobId id = running_two_by_two("launch: {rendezvous_timeout: 10s, on_rendezvous_timeout: warn}\n");
+  for (int r = 0; r < 3; ++r) say(r < 2 ? "a" : "b", protocol::RankJoined{id, 0, r});
+  pass(10s);
+  protocol::RankProcess gone{3, false, 0, "", "", "", 0, 0};
+  say("b", protocol::Inspection{id, 0, {gone}});
+  EXPECT_EQ(state(id), JobState::Running);
+  EXPECT_TRUE(has_event(id, "missing rank 3 on b: no process left"));
+  pass(60s);
+  EXPECT_EQ(sent_to<protocol::Inspect>("b").size(), 1u) << "warned once";
+}
+
+TEST_F(RendezvousTest, AJobWhereNoRankEverCheckedInIsNotJudgedByARendezvousItDoesNotUse) {
+  model::JobId id = running_two_by_two("launch: {rendezvous_timeout: 10s}\n");
+  pass(10s);
+  EXPECT_EQ(state(id), JobState::Running);
+  EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
+  EXPECT_TRUE(has_event(id, "the rendezvous deadline is not applied"));
+}
+
+TEST_F(RendezvousTest, ZeroTurnsTheDeadlineOffAndNcclModeIsNotWatchedThisWay) {
+  model::JobId off = running_two_by_two("launch: {rendezvous_timeout: 0}\n");
+  say("a", protocol::RankJoined{off, 0, 0});
+  pass(10min);
+  EXPECT_EQ(state(off), JobState::Running);
+  EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
+}
+
+TEST_F(RendezvousTest, ARankThatEndedBeforeItWasSeenIsNotMissingAndAStaleAnswerIsIgnored) {
+  model::JobId id = running_two_by_two("launch: {rendezvous_timeout: 10s}\n");
+  for (int r = 0; r < 3; ++r) say(r < 2 ? "a" : "b", protocol::RankJoined{id, 0, r});
+  say("b", protocol::Inspection{id, 0, {sleeping(3)}});  // not asked: ignored
+  EXPECT_EQ(state(id), JobState::Running);
+  say("b", protocol::RankExited{id, 0, 3, 0, 0, "exited with code 0", false});
+  pass(10s);
+  EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
+  EXPECT_EQ(state(id), JobState::Running);
 }
 
 }  // namespace

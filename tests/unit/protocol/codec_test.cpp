@@ -48,6 +48,9 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   round_trip_agent(RankStarted{7, 1, 3, 999});
   round_trip_agent(RankExited{7, 1, 3, 0, 9, "killed by signal 9", false});
   round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
+  round_trip_agent(RankJoined{7, 1, 3});
+  round_trip_agent(Inspection{7, 1, {{3, true, 812, "python3", "S (sleeping)", "hrtimer_nanosleep", 40, 2},
+                                     {2, false, 0, "", "", "", 0, 0}}});
 }
 
 TEST(Codec, EveryCoordinatorMessageRoundTrips) {
@@ -73,6 +76,7 @@ TEST(Codec, EveryCoordinatorMessageRoundTrips) {
   round_trip_coordinator(l);
   round_trip_coordinator(Kill{7, 1, 5000});
   round_trip_coordinator(LogRequest{9, 7, 1, 2, 100, 4096});
+  round_trip_coordinator(Inspect{7, 1, {2, 3}});
 }
 
 TEST(Codec, RejectionsNameTheField) {
@@ -98,6 +102,9 @@ TEST(Codec, RejectionsNameTheField) {
        "hello: address: must be an IP address or a host name"},
       {R"({"type":"hello","version":1,"node":"a","address":"","ports":[1,2],"simulated":false,"cuda":"12.4","gpus":[],"running":[]})",
        "hello: address: must be an IP address or a host name"},
+      {R"({"type":"rank_joined","job":1,"attempt":0})", "rank_joined: rank: required field is missing"},
+      {R"({"type":"inspection","job":1,"attempt":0,"ranks":[{"rank":3,"alive":"yes","pid":1,"command":"x","state":"S","wchan":"","cpu_ms":0,"processes":1}]})",
+       "inspection: ranks[0].alive: must be true or false"},
   };
   for (const auto& c : cases) {
     auto r = decode_agent_message(c.text);
