@@ -17,6 +17,7 @@
 #include "agent/nccl_root.hpp"
 #include "agent/rank_env.hpp"
 #include "agent/rank_start.hpp"
+#include "agent/rank_stack.hpp"
 #include "agent/rank_watch.hpp"
 #include "common/core/check.hpp"
 #include "common/core/overloaded.hpp"
@@ -28,6 +29,8 @@ namespace fs = std::filesystem;
 
 // How often ranks that have not checked in yet are looked for (measured: docs/performance.md).
 constexpr Duration kRendezvousWatchInterval = std::chrono::milliseconds(200);
+// Progress (launch.hang_timeout) is sampled every 5th look: once a second.
+constexpr std::uint64_t kHangSampleEvery = 5;
 
 
 template <class Work, class Done>
@@ -112,7 +115,7 @@ Result<void> Agent::start() {
   preflight_timer_ = std::make_unique<net::Timer>(loop_);
   if (hooks_.preflight) preflight_timer_->start_repeating(config_.preflight_interval, [this] { run_preflight(); });
   watch_timer_ = std::make_unique<net::Timer>(loop_);
-  watch_timer_->start_repeating(kRendezvousWatchInterval, [this] { watch_rendezvous(); });
+  watch_timer_->start_repeating(kRendezvousWatchInterval, [this] { watch_ranks(); });
   connect();
   return {};
 }
@@ -197,7 +200,8 @@ void Agent::on_message(std::string text) {
                         [this](const protocol::Kill& m) { on_kill(m); },
                         [this](const protocol::LogRequest& m) { on_log_request(m); },
                         [this](const protocol::Ack& m) { on_ack(m); },
-                        [this](const protocol::Inspect& m) { on_inspect(m); }},
+                        [this](const protocol::Inspect& m) { on_inspect(m); },
+                        [this](const protocol::StackRequest& m) { on_stack_request(m); }},
              *decoded);
 }
 
@@ -311,6 +315,7 @@ void Agent::on_launch(const protocol::Launch& m) {
     job.master_addr = m.master_addr;
     job.master_port = m.master_port;
   }
+  job.hang_timeout = Duration(m.hang_timeout_ms);
   // Rank 0 binds the master port itself: the probe is closed just before it starts.
   int probe = -1;
   if (std::any_of(m.ranks.begin(), m.ranks.end(), [](const auto& r) { return r.rank == 0; })) {
@@ -596,43 +601,71 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   send(d);
 }
 
-void Agent::watch_rendezvous() {
+void Agent::watch_ranks() {
   if (watch_running_) return;  // the last look is still going
+  const bool sample = ++watch_count_ % kHangSampleEvery == 0;
   struct Look {
     Key key;
     std::string master_addr;
     int master_port = 0;
-    std::vector<WatchedRank> ranks;
+    std::vector<WatchedRank> joining;  // not checked in yet
+    std::vector<WatchedRank> sampled;  // whose progress is watched
   };
   std::vector<Look> looks;
   for (const auto& [key, job] : jobs_) {
-    if (job.master_addr.empty() || job.killing) continue;
-    Look look{key, job.master_addr, job.master_port, {}};
+    if (job.killing) continue;
+    Look look{key, job.master_addr, job.master_port, {}, {}};
     for (const auto& [r, rank] : job.ranks) {
-      if (!rank.exited && !rank.joined) look.ranks.push_back({r, rank.pid});
+      if (rank.exited) continue;
+      if (!job.master_addr.empty() && !rank.joined) look.joining.push_back({r, rank.pid});
+      if (sample && job.hang_timeout.count() > 0) look.sampled.push_back({r, rank.pid});
     }
-    if (!look.ranks.empty()) looks.push_back(std::move(look));
+    if (!look.joining.empty() || !look.sampled.empty()) looks.push_back(std::move(look));
   }
   if (looks.empty()) return;
   watch_running_ = true;
+  struct Seen {
+    std::vector<std::pair<Key, int>> joined;
+    std::vector<std::pair<Key, protocol::RankProcess>> sampled;
+    CpuProgress::Clock::time_point at;
+  };
   offload(
       *work_,
       [looks = std::move(looks)] {
-        std::vector<std::pair<Key, int>> joined;
+        Seen seen;
         for (const auto& look : looks) {
-          for (int rank : joined_ranks(look.ranks, look.master_addr, look.master_port)) joined.emplace_back(look.key, rank);
+          if (!look.joining.empty()) {
+            for (int rank : joined_ranks(look.joining, look.master_addr, look.master_port)) {
+              seen.joined.emplace_back(look.key, rank);
+            }
+          }
+          for (auto& p : inspect_ranks(look.sampled)) seen.sampled.emplace_back(look.key, std::move(p));
         }
-        return joined;
+        seen.at = CpuProgress::Clock::now();
+        return seen;
       },
-      [this](const std::vector<std::pair<Key, int>>& joined) {
+      [this](const Seen& seen) {
         watch_running_ = false;
-        for (const auto& [key, r] : joined) {
+        auto find = [this](const Key& key, int r) -> std::pair<Job*, Rank*> {
           auto it = jobs_.find(key);
-          if (it == jobs_.end()) continue;
+          if (it == jobs_.end()) return {nullptr, nullptr};
           auto rank = it->second.ranks.find(r);
-          if (rank == it->second.ranks.end() || rank->second.joined) continue;
-          rank->second.joined = true;
+          if (rank == it->second.ranks.end() || rank->second.exited) return {nullptr, nullptr};
+          return {&it->second, &rank->second};
+        };
+        for (const auto& [key, r] : seen.joined) {
+          auto [job, rank] = find(key, r);
+          if (rank == nullptr || rank->joined) continue;
+          rank->joined = true;
           send(protocol::RankJoined{key.first, key.second, r});
+        }
+        for (const auto& [key, p] : seen.sampled) {
+          auto [job, rank] = find(key, p.rank);
+          if (rank == nullptr || !p.alive) continue;
+          auto change = rank->progress.sample(seen.at, p.cpu_ms, job->hang_timeout);
+          if (change == CpuProgress::Change::None) continue;
+          bool stalled = change == CpuProgress::Change::Stalled;
+          send(protocol::RankStall{key.first, key.second, p.rank, stalled, rank->progress.idle(seen.at).count(), p.state});
         }
       });
 }
@@ -654,6 +687,38 @@ void Agent::on_inspect(const protocol::Inspect& m) {
       [this, key](const std::vector<protocol::RankProcess>& found) {
         send(protocol::Inspection{key.first, key.second, found});
       });
+}
+
+void Agent::on_stack_request(const protocol::StackRequest& m) {
+  std::vector<WatchedRank> ranks;
+  auto it = jobs_.find({m.job, m.attempt});
+  for (int r : m.ranks) {
+    pid_t group = 0;
+    if (it != jobs_.end()) {
+      auto rank = it->second.ranks.find(r);
+      if (rank != it->second.ranks.end() && !rank->second.exited) group = rank->second.pid;
+    }
+    ranks.push_back({r, group});
+  }
+  const char* path = std::getenv("PATH");
+  StackTools tools = find_stack_tools(path != nullptr ? path : "/usr/bin:/bin");
+  offload(
+      *work_,
+      [ranks = std::move(ranks), tools, request = m.request] {
+        // Within one message (8 MiB): each rank's report cut to its share.
+        const std::size_t share = std::min<std::size_t>(1 << 20, (7u << 20) / std::max<std::size_t>(1, ranks.size()));
+        protocol::Stacks out{request, {}};
+        for (const auto& r : ranks) {
+          std::string report = rank_stack_report(r.group, tools);
+          if (report.size() > share) {
+            report.resize(share);
+            report += "\n[cut at " + std::to_string(share) + " bytes]\n";
+          }
+          out.ranks.push_back({r.rank, std::move(report)});  // encode() replaces bytes that are not UTF-8
+        }
+        return out;
+      },
+      [this](const protocol::Stacks& stacks) { send(stacks); });
 }
 
 void Agent::run_preflight() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/outbox.hpp"
+#include "agent/rank_watch.hpp"
 #include "agent/spool.hpp"
 #include "common/model/config.hpp"
 #include "common/net/blocking_work.hpp"
@@ -62,6 +63,7 @@ class Agent {
     bool joined = false;  // checked in to the rendezvous (RankJoined sent)
     std::string log;
     std::vector<int> gpus;
+    CpuProgress progress = {};  // with launch.hang_timeout: whether it still uses CPU
   };
   struct Job {
     std::map<int, Rank> ranks;
@@ -78,6 +80,7 @@ class Agent {
     // the rendezvous is not watched (nccl mode, whose ranks meet at nccl-root).
     std::string master_addr;
     int master_port = 0;
+    Duration hang_timeout{0};  // launch.hang_timeout; 0: its ranks' progress is not watched
     std::unique_ptr<KillEscalation> escalation;  // SIGTERM, then SIGKILL after the grace
     std::unique_ptr<net::Timer> verify_timer;     // the next look for what is left
     std::vector<int> gpus;
@@ -97,6 +100,7 @@ class Agent {
   void on_log_request(const protocol::LogRequest& m);
   void on_ack(const protocol::Ack& m);
   void on_inspect(const protocol::Inspect& m);
+  void on_stack_request(const protocol::StackRequest& m);
 
   // Runs `work` on a BlockingWork thread and `done` on the loop, after reaping what
   // exited meanwhile (a command's exit may have held back the reaping of others).
@@ -118,8 +122,9 @@ class Agent {
   void release_job_resources(Job& job);
   void kill_orphans();
   void run_preflight();
-  // Looks, off the loop, for ranks that checked in since the last look.
-  void watch_rendezvous();
+  // Looks, off the loop, for ranks that checked in since the last look, and every
+  // kHangSampleEvery-th time at the CPU time of the ranks whose progress is watched.
+  void watch_ranks();
 
   net::EventLoop& loop_;
   model::AgentConfig config_;
@@ -135,6 +140,7 @@ class Agent {
   std::unique_ptr<net::Timer> preflight_timer_;
   std::unique_ptr<net::Timer> watch_timer_;
   bool watch_running_ = false;
+  std::uint64_t watch_count_ = 0;
   Duration heartbeat_interval_ = std::chrono::seconds(1);
   Outbox outbox_;                    // reports until the coordinator acknowledges them
   std::map<Key, Job> jobs_;

@@ -99,6 +99,13 @@ constexpr std::string_view kShellWords[] = {
 
 }  // namespace
 
+std::string find_program(const std::string& program, const std::string& path) {
+  for (const auto& file : program_candidates(program, path)) {
+    if (executable_file(file)) return file;
+  }
+  return {};
+}
+
 std::string shell_program(std::string_view command) {
   std::size_t start = command.find_first_not_of(" \t");
   if (start == std::string_view::npos) return {};

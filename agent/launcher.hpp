@@ -50,6 +50,9 @@ struct ProcessSpec {
 // expansions or other shell syntax. Empty otherwise.
 std::string shell_program(std::string_view command);
 
+// Where exec would find `program` on `path` (a PATH value); empty when nowhere.
+std::string find_program(const std::string& program, const std::string& path);
+
 // The pid of the started process, which leads its own process group. InvalidArgument
 // with the reason when it could not be started ("workdir /data: No such file or
 // directory", "command not found: trian.py (PATH=/usr/bin:/bin)").

@@ -15,13 +15,6 @@ namespace corral::agent {
 
 namespace {
 
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 template <class T>
 bool hex_to(std::string_view text, T& out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
@@ -130,6 +123,29 @@ void socket_inodes(pid_t pid, const std::string& proc, std::set<std::uint64_t>& 
 }
 
 }  // namespace
+
+std::string describe_state(char state) {
+  static constexpr std::pair<char, const char*> kStates[] = {
+      {'R', "running"}, {'S', "sleeping"}, {'D', "disk sleep"}, {'T', "stopped"}, {'t', "tracing stop"},
+      {'Z', "zombie"},  {'X', "dead"},     {'I', "idle"}};
+  std::string out(1, state);
+  for (const auto& [c, name] : kStates) {
+    if (c == state) out += std::string(" (") + name + ")";
+  }
+  return out;
+}
+
+std::string read_wchan(const std::string& dir) {
+  std::string wchan = read_small_file(dir + "/wchan");
+  return wchan == "0" ? std::string() : wchan.substr(0, 128);
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 std::vector<TcpSocket> parse_proc_net_tcp(std::string_view text, bool v6) {
   std::vector<TcpSocket> out;
@@ -250,21 +266,40 @@ std::vector<protocol::RankProcess> inspect_ranks(const std::vector<WatchedRank>&
       p.alive = std::any_of(procs.begin(), procs.end(), [](const auto& s) { return s.state != 'Z'; });
       p.pid = main->pid;
       p.command = main->comm;
-      static constexpr std::pair<char, const char*> kStates[] = {
-          {'R', "running"}, {'S', "sleeping"}, {'D', "disk sleep"}, {'T', "stopped"}, {'t', "tracing stop"},
-          {'Z', "zombie"},  {'X', "dead"},     {'I', "idle"}};
-      p.state = std::string(1, main->state);
-      for (const auto& [c, name] : kStates) {
-        if (c == main->state) p.state += std::string(" (") + name + ")";
-      }
-      std::string wchan = read_small_file(proc + "/" + std::to_string(main->pid) + "/wchan");
-      if (wchan != "0") p.wchan = wchan.substr(0, 128);
+      p.state = describe_state(main->state);
+      p.wchan = read_wchan(proc + "/" + std::to_string(main->pid));
       p.cpu_ms = static_cast<std::int64_t>(total * 1000 / static_cast<std::uint64_t>(ticks));
       p.processes = static_cast<int>(procs.size());
     }
     out.push_back(std::move(p));
   }
   return out;
+}
+
+CpuProgress::Change CpuProgress::sample(Clock::time_point now, std::int64_t cpu_ms, std::chrono::milliseconds timeout) {
+  if (!started_) {
+    started_ = true;
+    mark_at_ = now;
+    mark_cpu_ = cpu_ms;
+    return Change::None;
+  }
+  if (cpu_ms < mark_cpu_) mark_cpu_ = cpu_ms;  // a process of the group ended: its time left with it
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - mark_at_).count();
+  std::int64_t used = cpu_ms - mark_cpu_;
+  if (used > 0 && used * 100 >= elapsed) {
+    mark_at_ = now;
+    mark_cpu_ = cpu_ms;
+    if (stalled_) {
+      stalled_ = false;
+      return Change::Moving;
+    }
+    return Change::None;
+  }
+  if (!stalled_ && timeout.count() > 0 && now - mark_at_ >= timeout) {
+    stalled_ = true;
+    return Change::Stalled;
+  }
+  return Change::None;
 }
 
 }  // namespace corral::agent

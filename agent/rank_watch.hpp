@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -43,6 +44,12 @@ struct ProcStat {
   std::uint64_t cpu_ticks = 0;  // utime + stime
 };
 std::optional<ProcStat> parse_proc_stat(pid_t pid, std::string_view text);
+// "S (sleeping)", from a state letter of /proc/PID/stat.
+std::string describe_state(char state);
+// The kernel function a process or thread (its /proc directory) waits in; empty if none.
+std::string read_wchan(const std::string& dir);
+// A file of /proc, whole; empty when unreadable.
+std::string read_small_file(const std::string& path);
 
 // Every process of each of these process groups, by group, from one scan of /proc.
 std::map<pid_t, std::vector<ProcStat>> processes_by_group(const std::vector<pid_t>& groups,
@@ -63,5 +70,28 @@ std::vector<int> joined_ranks(const std::vector<WatchedRank>& ranks, const std::
 // one's state ("S (sleeping)"), wait channel and command; the group's CPU time.
 std::vector<protocol::RankProcess> inspect_ranks(const std::vector<WatchedRank>& ranks,
                                                  const std::string& proc = "/proc");
+
+// Whether a rank makes progress, from samples of its CPU time: it does while its
+// processes used, on average since the last time they did, at least 1 % of one core (a
+// thread that wakes now and then to poll is no progress; a rank computing, or spinning
+// in a collective, is). Stalled once it has not for `timeout`.
+class CpuProgress {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Change { None, Stalled, Moving };
+
+  Change sample(Clock::time_point now, std::int64_t cpu_ms, std::chrono::milliseconds timeout);
+  bool stalled() const { return stalled_; }
+  // How long since it last made progress.
+  std::chrono::milliseconds idle(Clock::time_point now) const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now - mark_at_);
+  }
+
+ private:
+  bool started_ = false;
+  bool stalled_ = false;
+  Clock::time_point mark_at_{};
+  std::int64_t mark_cpu_ = 0;
+};
 
 }  // namespace corral::agent

@@ -98,6 +98,13 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   logs->add_flag("--follow,-f", logs_opts.follow,
                  "Keep printing until the rank has ended and its log is drained");
 
+  StackOptions stack_opts;
+  auto* stack = app.add_subcommand("stack", "Show where a running job's ranks are: /proc state, native and Python stacks");
+  stack->add_option("JOB", stack_opts.job, "Job id")->required()->check(job_id);
+  stack->add_option("--rank", stack_opts.rank, "Only this rank")
+      ->check(integer_at_least(0, "a rank number (0 or more)"));
+  stack->add_flag("--json", stack_opts.json, "Print the coordinator's JSON answer");
+
   NodeOptions drain_opts;
   auto* drain = app.add_subcommand("drain", "Stop placing jobs on a node (admin)");
   drain->add_option("NODE", drain_opts.node, "Node name")->required();
@@ -148,6 +155,7 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   if (*cancel) return run_cancel(cc, cancel_opts);
   if (*wait) return run_wait(cc, wait_opts);
   if (*logs) return run_logs(cc, logs_opts);
+  if (*stack) return run_stack(cc, stack_opts);
   if (*drain) return run_drain(cc, drain_opts);
   if (*resume) return run_resume(cc, resume_opts);
   return usage("no command given; see corral --help");

@@ -260,6 +260,18 @@ int run_logs(CommandContext& ctx, const LogsOptions& options) {
   }
 }
 
+int run_stack(CommandContext& ctx, const StackOptions& options) {
+  std::string target = job_path(options.job) + "/stack";
+  if (options.rank) target += "?rank=" + std::to_string(*options.rank);
+  auto body = call(ctx, "GET", target);
+  if (!body) return fail(ctx, body.error());
+  if (options.json) return print_json(ctx, *body);
+  auto ranks = parse_stacks(*body);
+  if (!ranks) return fail(ctx, ranks.error());
+  ctx.out << format_stacks(*ranks);
+  return kExitOk;
+}
+
 namespace {
 
 int node_action(CommandContext& ctx, const NodeOptions& options, bool drain) {

@@ -65,6 +65,12 @@ struct LogsOptions {
   Duration poll_interval = std::chrono::milliseconds(250);
 };
 
+struct StackOptions {
+  std::int64_t job = 0;
+  std::optional<int> rank;
+  bool json = false;
+};
+
 struct NodeOptions {
   std::string node;
   std::string reason;  // drain only
@@ -79,6 +85,8 @@ int run_cancel(CommandContext& ctx, const JobOptions& options);
 // 0 when the job ends COMPLETED; 1 on any other end state or on timeout.
 int run_wait(CommandContext& ctx, const WaitOptions& options);
 int run_logs(CommandContext& ctx, const LogsOptions& options);
+// Where every rank (or one) is: /proc state, native and Python stacks, from its node.
+int run_stack(CommandContext& ctx, const StackOptions& options);
 int run_drain(CommandContext& ctx, const NodeOptions& options);
 // `corral nodes --clear NODE` (admin): the node will not come back; its ranks that were
 // never confirmed dead are declared so, and the GPUs and ports they fenced are freed.

@@ -253,6 +253,14 @@ std::string format_job(const JobInfo& job, TimePoint now) {
       ranks.add(std::move(row));
     }
     out += ranks.render();
+    bool any = false;
+    for (const auto& k : job.ranks) {
+      for (const auto& w : k.warnings) {
+        if (!any) out += "\nWarnings:\n";
+        any = true;
+        out += "  rank " + std::to_string(k.rank) + " on " + clean(k.node) + ": " + clean(w) + "\n";
+      }
+    }
   }
   if (!job.events.empty()) {
     out += "\nEvents:\n";
@@ -320,6 +328,22 @@ std::string format_end_state(const JobInfo& job) {
 std::string format_node_state(const NodeInfo& node) {
   std::string out = "Node " + cell(node.name) + " is " + cell(node.state);
   if (!node.reason.empty()) out += " (" + clean(node.reason) + ")";
+  return out;
+}
+
+std::string format_stacks(const std::vector<RankStackInfo>& ranks) {
+  std::string out;
+  for (const auto& r : ranks) {
+    out += "==== rank " + std::to_string(r.rank) + " on " + clean(r.node) + " ====\n";
+    // Line by line: the report's newlines stay, any other control character does not.
+    std::size_t at = 0;
+    while (at < r.report.size()) {
+      std::size_t end = r.report.find('\n', at);
+      if (end == std::string::npos) end = r.report.size();
+      out += clean(std::string_view(r.report).substr(at, end - at)) + "\n";
+      at = end + 1;
+    }
+  }
   return out;
 }
 

@@ -29,6 +29,8 @@ Duration job_run_time(const JobInfo& job, TimePoint now);
 // ID NAME USER STATE REASON NODES GPUS TIME TIME_LIMIT, one job a line.
 std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now);
 // Every field, the per-rank table and the event log.
+// corral stack: each rank's report under a header naming it and its node.
+std::string format_stacks(const std::vector<RankStackInfo>& ranks);
 std::string format_job(const JobInfo& job, TimePoint now);
 // A line per node and, under it, a line per GPU.
 std::string format_nodes(const std::vector<NodeInfo>& nodes);

@@ -71,6 +71,7 @@ RankInfo read_rank(const Json& j, const std::string& path, JsonReader& parent) {
   k.signal = opt_int(r, "signal");
   k.gone = r.boolean("gone", false);
   k.joined_at = text(r, "joined_at");
+  k.warnings = r.str_list("warnings", kMaxItems, kMaxText, false);
   parent.absorb(r);
   return k;
 }
@@ -280,6 +281,26 @@ Result<LogChunk> parse_log_chunk(std::string_view json) {
     c.finished = r.boolean("finished", false);
     top.absorb(r);
     return c;
+  });
+}
+
+Result<std::vector<RankStackInfo>> parse_stacks(std::string_view json) {
+  return read_one<std::vector<RankStackInfo>>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    std::vector<RankStackInfo> out;
+    if (const Json* ranks = r.array("ranks", kMaxItems)) {
+      for (std::size_t i = 0; i < ranks->size() && r.ok(); ++i) {
+        JsonReader e((*ranks)[i], r.item_path("ranks", i));
+        RankStackInfo k;
+        k.rank = e.i32("rank", 0, static_cast<int>(kMaxInt));
+        k.node = text(e, "node");
+        k.report = e.str("report", kMaxLogData, "");
+        r.absorb(e);
+        out.push_back(std::move(k));
+      }
+    }
+    top.absorb(r);
+    return out;
   });
 }
 

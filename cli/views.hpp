@@ -27,6 +27,7 @@ struct RankInfo {
   std::optional<int> signal;
   bool gone = false;  // its agent confirmed nothing of it is left
   std::string joined_at;  // RFC 3339: when it checked in to the rendezvous; empty until then
+  std::vector<std::string> warnings;  // what the watch found wrong with it
 };
 
 // Torch mode: who checked in to the rendezvous.
@@ -125,6 +126,14 @@ struct LogChunk {
 [[nodiscard]] Result<DryRunInfo> parse_dry_run(std::string_view json);
 [[nodiscard]] Result<std::int64_t> parse_submitted_id(std::string_view json);
 [[nodiscard]] Result<LogChunk> parse_log_chunk(std::string_view json);
+
+// GET /v1/jobs/ID/stack: one report per rank.
+struct RankStackInfo {
+  int rank = 0;
+  std::string node;
+  std::string report;
+};
+[[nodiscard]] Result<std::vector<RankStackInfo>> parse_stacks(std::string_view json);
 // The "problems" list of a 400 answer to a submit; empty when there is none.
 std::vector<std::string> parse_problems(std::string_view json);
 

@@ -16,6 +16,7 @@ CORRAL_PACKAGES=(
 # Debian's /usr/bin/python3. Large (~830 MB), so the demo does not install them.
 CORRAL_TEST_PACKAGES=(
   python3-torch
+  gdb          # corral stack's native stacks, run for real by its tests
 )
 # scripts/fuzz.sh installs clang-16 and libclang-rt-16-dev for the fuzz targets.
 

@@ -67,6 +67,9 @@ struct JobSpec {
   // (rank 0 listening on MASTER_PORT, every other rank connected to it); 0: no deadline.
   Duration rendezvous_timeout = kDefaultRendezvousTimeout;
   OnRendezvousTimeout on_rendezvous_timeout = OnRendezvousTimeout::Fail;
+  // launch.hang_timeout: a running job whose every rank used no CPU for this long gets an
+  // event naming the ranks that stopped first; 0 (the default): not watched.
+  Duration hang_timeout{0};
 
   std::optional<Duration> time_limit;
   int priority = 0;                                          // -1000..1000

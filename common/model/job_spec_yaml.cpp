@@ -36,8 +36,12 @@ constexpr std::array<std::string_view, 10> kTopFields = {
     "name", "command", "workdir", "env", "export", "resources", "launch", "time_limit", "priority", "retries"};
 constexpr std::array<std::string_view, 4> kResourceFields = {"nodes", "gpus_per_node", "gpus", "gpu"};
 constexpr std::array<std::string_view, 3> kGpuFields = {"model", "min_memory_gb", "min_cuda"};
-constexpr std::array<std::string_view, 5> kLaunchFields = {"mode", "procs_per_node", "gpu_visibility",
-                                                           "rendezvous_timeout", "on_rendezvous_timeout"};
+constexpr std::array<std::string_view, 6> kLaunchFields = {"mode",
+                                                           "procs_per_node",
+                                                           "gpu_visibility",
+                                                           "rendezvous_timeout",
+                                                           "on_rendezvous_timeout",
+                                                           "hang_timeout"};
 // A sanity bound: no GPU comes near it, and it keeps gb * 1024 far from overflowing.
 constexpr double kMaxMemoryGb = 16384;
 
@@ -556,8 +560,8 @@ void SpecReader::read_gpu(const Entry& entry, GpuConstraint& gpu) {
 
 LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
   LaunchFields launch;
-  if (!expect_map(entry, "must be a map with mode, procs_per_node, gpu_visibility, rendezvous_timeout or "
-                         "on_rendezvous_timeout")) {
+  if (!expect_map(entry, "must be a map with mode, procs_per_node, gpu_visibility, rendezvous_timeout, "
+                         "on_rendezvous_timeout or hang_timeout")) {
     return launch;
   }
   Fields fields = read_fields(entry.value, entry.path, kLaunchFields);
@@ -569,18 +573,23 @@ LaunchFields SpecReader::read_launch(const Entry& entry, JobSpec& spec) {
     constexpr GpuVisibility kVisibilities[] = {GpuVisibility::Node, GpuVisibility::Rank};
     if (auto v = read_choice(it->second, kVisibilities, "must be node or rank")) spec.gpu_visibility = *v;
   }
-  if (auto it = fields.find("rendezvous_timeout"); it != fields.end()) {
-    const Entry& timeout = it->second;
-    if (auto text = read_scalar(timeout, "must be a duration like 5m, or 0 for none")) {
+  // A duration, or 0 for none.
+  auto timeout = [&](std::string_view name, Duration& out) {
+    auto it = fields.find(name);
+    if (it == fields.end()) return;
+    const Entry& e = it->second;
+    if (auto text = read_scalar(e, "must be a duration like 5m, or 0 for none")) {
       if (*text == "0") {
-        spec.rendezvous_timeout = Duration(0);
+        out = Duration(0);
       } else if (auto duration = parse_duration(*text)) {
-        spec.rendezvous_timeout = *duration;
+        out = *duration;
       } else {
-        add(timeout.value_at, timeout.path, duration.error().message() + ", or 0 for none");
+        add(e.value_at, e.path, duration.error().message() + ", or 0 for none");
       }
     }
-  }
+  };
+  timeout("rendezvous_timeout", spec.rendezvous_timeout);
+  timeout("hang_timeout", spec.hang_timeout);
   if (auto it = fields.find("on_rendezvous_timeout"); it != fields.end()) {
     constexpr OnRendezvousTimeout kActions[] = {OnRendezvousTimeout::Fail, OnRendezvousTimeout::Warn};
     if (auto action = read_choice(it->second, kActions, "must be fail or warn")) spec.on_rendezvous_timeout = *action;

@@ -13,6 +13,9 @@ namespace {
 constexpr std::int64_t kMaxJobId = std::int64_t{1} << 53;
 constexpr int kMaxAttempt = 1000;
 constexpr int kMaxRank = 1 << 20;
+// A year, in ms: longer than any deadline a spec allows (365d).
+constexpr std::int64_t kMaxTimeoutMs = std::int64_t{366} * 24 * 3600 * 1000;
+constexpr std::size_t kMaxStackReportBytes = 1 << 20;
 constexpr std::size_t kMaxEnv = 2048;  // a spec's env (256) and an exported environment (1024)
 constexpr std::size_t kMaxValue = 64 * 1024;
 
@@ -81,6 +84,15 @@ std::string encode(const AgentMessage& message) {
             }
             return Json{{"type", "inspection"}, {"job", m.job}, {"attempt", m.attempt}, {"ranks", ranks}};
           },
+          [](const RankStall& m) {
+            return Json{{"type", "rank_stall"}, {"job", m.job},         {"attempt", m.attempt}, {"rank", m.rank},
+                        {"stalled", m.stalled}, {"idle_ms", m.idle_ms}, {"state", m.state}};
+          },
+          [](const Stacks& m) {
+            Json ranks = Json::array();
+            for (const auto& k : m.ranks) ranks.push_back(Json{{"rank", k.rank}, {"report", k.report}});
+            return Json{{"type", "stacks"}, {"request", m.request}, {"ranks", ranks}};
+          },
       },
       message);
   // Logs may hold any bytes: replace invalid UTF-8 rather than fail.
@@ -127,6 +139,7 @@ std::string encode(const CoordinatorMessage& message) {
                         {"nccl_id", m.nccl_id},
                         {"gpu_visibility", m.gpus_per_rank ? "rank" : "node"},
                         {"max_restarts", m.max_restarts},
+                        {"hang_timeout_ms", m.hang_timeout_ms},
                         {"ranks", ranks}};
           },
           [](const Kill& m) {
@@ -139,6 +152,10 @@ std::string encode(const CoordinatorMessage& message) {
           [](const Ack& m) { return Json{{"type", "ack"}, {"received", m.received}}; },
           [](const Inspect& m) {
             return Json{{"type", "inspect"}, {"job", m.job}, {"attempt", m.attempt}, {"ranks", m.ranks}};
+          },
+          [](const StackRequest& m) {
+            return Json{{"type", "stack_request"}, {"request", m.request}, {"job", m.job},
+                        {"attempt", m.attempt},    {"ranks", m.ranks}};
           },
       },
       message);
@@ -224,6 +241,29 @@ Result<AgentMessage> decode_agent(const Json& j) {
         k.wchan = e.str("wchan", 128, "");
         k.cpu_ms = e.i64("cpu_ms", 0, std::int64_t{1} << 50);
         k.processes = e.i32("processes", 0, 1 << 22);
+        r.absorb(e);
+        m.ranks.push_back(std::move(k));
+      }
+    }
+    out = std::move(m);
+  } else if (type == "rank_stall") {
+    RankStall m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.rank = r.i32("rank", 0, kMaxRank);
+    m.stalled = r.boolean("stalled");
+    m.idle_ms = r.i64("idle_ms", 0, kMaxTimeoutMs);
+    m.state = r.str("state", 64, "");
+    out = std::move(m);
+  } else if (type == "stacks") {
+    Stacks m;
+    m.request = r.u64("request");
+    if (const Json* a = r.array("ranks", 4096)) {
+      for (std::size_t i = 0; i < a->size() && r.ok(); ++i) {
+        JsonReader e((*a)[i], r.item_path("ranks", i));
+        RankStack k;
+        k.rank = e.i32("rank", 0, kMaxRank);
+        k.report = e.str("report", kMaxStackReportBytes);
         r.absorb(e);
         m.ranks.push_back(std::move(k));
       }
@@ -345,6 +385,7 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     if (visibility != "node" && visibility != "rank") r.fail(r.child_path("gpu_visibility"), "must be node or rank");
     m.gpus_per_rank = visibility == "rank";
     m.max_restarts = r.i32("max_restarts", 0, kMaxAttempt, 0);
+    m.hang_timeout_ms = r.i64("hang_timeout_ms", 0, kMaxTimeoutMs, 0);
     if (const Json* ranks = r.array("ranks", 1024)) {
       for (std::size_t i = 0; i < ranks->size() && r.ok(); ++i) {
         JsonReader e((*ranks)[i], r.item_path("ranks", i));
@@ -375,6 +416,13 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     out = m;
   } else if (type == "ack") {
     out = Ack{r.u64("received")};
+  } else if (type == "stack_request") {
+    StackRequest m;
+    m.request = r.u64("request");
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.ranks = r.int_list("ranks", 4096, 0, kMaxRank);
+    out = std::move(m);
   } else if (type == "inspect") {
     Inspect m;
     m.job = r.i64("job", 1, kMaxJobId);
@@ -405,13 +453,14 @@ Result<CoordinatorMessage> decode_coordinator_message(std::string_view text) {
 std::string_view type_name(const AgentMessage& message) {
   static constexpr std::string_view kNames[] = {"hello", "heartbeat", "health", "prepare_result",
                                                 "rank_started", "rank_exited", "log_data", "synced",
-                                                "attempt_gone", "rank_joined", "inspection"};
+                                                "attempt_gone", "rank_joined", "inspection", "rank_stall",
+                                                "stacks"};
   return kNames[message.index()];
 }
 
 std::string_view type_name(const CoordinatorMessage& message) {
   static constexpr std::string_view kNames[] = {"welcome", "reconcile", "prepare", "launch", "kill", "log_request", "ack",
-                                                "inspect"};
+                                                "inspect", "stack_request"};
   return kNames[message.index()];
 }
 

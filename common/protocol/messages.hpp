@@ -147,9 +147,37 @@ struct Inspection {
   bool operator==(const Inspection&) const = default;
 };
 
+// A rank of a job with launch.hang_timeout stopped making progress (its processes used
+// under 1 % of a core since `idle_ms` ago, which is at least the timeout), or, with
+// `stalled` false, moves again. `state` is its busiest process's, as in RankProcess.
+struct RankStall {
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  bool stalled = false;
+  std::int64_t idle_ms = 0;
+  std::string state;
+  bool operator==(const RankStall&) const = default;
+};
+
+// One rank's stack report: /proc state of each of its processes and threads, native
+// stacks (gdb) and Python stacks (py-spy) where those are installed.
+struct RankStack {
+  int rank = 0;
+  std::string report;
+  bool operator==(const RankStack&) const = default;
+};
+
+// The answer to StackRequest. Not a report.
+struct Stacks {
+  std::uint64_t request = 0;
+  std::vector<RankStack> ranks;
+  bool operator==(const Stacks&) const = default;
+};
+
 using AgentMessage =
     std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData, Synced, AttemptGone,
-                 RankJoined, Inspection>;
+                 RankJoined, Inspection, RankStall, Stacks>;
 
 // ---- coordinator -> agent
 
@@ -202,6 +230,7 @@ struct Launch {
   std::string nccl_id;               // empty unless launch.mode is nccl
   bool gpus_per_rank = false;        // launch.gpu_visibility: rank (else every rank sees the node's)
   int max_restarts = 0;              // the job's retries (TORCHELASTIC_MAX_RESTARTS)
+  std::int64_t hang_timeout_ms = 0;  // launch.hang_timeout; 0: not watched
   std::vector<RankSpec> ranks;       // the ranks of the receiving node
   bool operator==(const Launch&) const = default;
 };
@@ -242,14 +271,24 @@ struct Inspect {
   bool operator==(const Inspect&) const = default;
 };
 
-using CoordinatorMessage = std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest, Ack, Inspect>;
+// Gather these ranks' stacks (corral stack), answered with Stacks.
+struct StackRequest {
+  std::uint64_t request = 0;
+  model::JobId job = 0;
+  int attempt = 0;
+  std::vector<int> ranks;
+  bool operator==(const StackRequest&) const = default;
+};
+
+using CoordinatorMessage =
+    std::variant<Welcome, Reconcile, Prepare, Launch, Kill, LogRequest, Ack, Inspect, StackRequest>;
 
 // What Ack counts, on both sides: every agent message but hello, heartbeat, log_data,
-// synced and inspection.
+// synced, inspection and stacks.
 inline bool is_report(const AgentMessage& m) {
   return !std::holds_alternative<Hello>(m) && !std::holds_alternative<Heartbeat>(m) &&
          !std::holds_alternative<LogData>(m) && !std::holds_alternative<Synced>(m) &&
-         !std::holds_alternative<Inspection>(m);
+         !std::holds_alternative<Inspection>(m) && !std::holds_alternative<Stacks>(m);
 }
 
 }  // namespace corral::protocol

@@ -90,7 +90,7 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
   out.id = id;
   out.change.mutations.emplace_back(store::InsertJob{rec});
   out.change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + user}});
-  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false, {}});
+  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false, {}, {}});
   return out;
 }
 
@@ -203,6 +203,8 @@ void Ledger::agent_message(const std::string& node, const protocol::AgentMessage
                  [&](const protocol::AttemptGone& m) { on_attempt_gone(node, m); },
                  [&](const protocol::RankJoined& m) { on_rank_joined(node, m); },
                  [&](const protocol::Inspection& m) { on_inspection(node, m); },
+                 [&](const protocol::RankStall& m) { on_rank_stall(node, m); },
+                 [&](const protocol::Stacks&) {},  // answered by the caller
              },
              message);
 }
@@ -242,6 +244,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       job->prepare_sent_on.reset();
       job->prepared = false;
       job->rendezvous = {};
+      job->hang = {};
       break;
     case JobState::Pending:
       // Requeued, or placed again after a busy port: nothing of the old attempt stays.
@@ -359,6 +362,7 @@ void Ledger::send_launch(Job& job, const std::string& only) {
   base.nccl_id = rec.nccl_id;
   base.gpus_per_rank = job.spec.gpu_visibility == model::GpuVisibility::Rank;
   base.max_restarts = job.spec.retries;
+  base.hang_timeout_ms = job.spec.hang_timeout.count();
   for (std::size_t n = 0; n < alloc.nodes.size(); ++n) {
     protocol::Launch msg = base;
     for (const auto& r : ranks) {
@@ -901,6 +905,67 @@ void Ledger::end_rendezvous(Job& job) {
   job_event(rec.id, rec.attempt, sched::JobEvent::RendezvousTimeout, info);
 }
 
+void Ledger::on_rank_stall(const std::string& node, const protocol::RankStall& m) {
+  Job* job = live(m.job);
+  store::RankRecord* rank = own_rank(job, node, m.attempt, m.rank);
+  if (rank == nullptr || model::rank_ended(rank->state) || job->record.state != JobState::Running) return;
+  auto& hang = job->hang;
+  if (!m.stalled) {
+    if (hang.stalled.erase(m.rank) > 0 && hang.reported) {
+      hang.reported = false;
+      persist_job(*job, "rank " + std::to_string(m.rank) + " on " + node + " makes progress again");
+    }
+    return;
+  }
+  hang.stalled[m.rank] = {now_ - Duration(m.idle_ms), m.state};
+  if (hang.reported) return;
+  // A hang: every rank still running has stopped.
+  std::vector<const store::RankRecord*> ranks;
+  for (const auto& r : job->record.ranks) {
+    if (model::rank_ended(r.state)) continue;
+    if (!hang.stalled.contains(r.rank)) return;
+    ranks.push_back(&r);
+  }
+  if (ranks.empty()) return;
+  std::stable_sort(ranks.begin(), ranks.end(), [&](const auto* a, const auto* b) {
+    return hang.stalled.at(a->rank).since < hang.stalled.at(b->rank).since;
+  });
+  hang.reported = true;
+  // The first to stop, and those that stopped within a second of it (the agents look
+  // once a second): the others most likely wait for them.
+  const TimePoint first = hang.stalled.at(ranks.front()->rank).since;
+  auto describe = [&](const store::RankRecord& r) {
+    const auto& stall = hang.stalled.at(r.rank);
+    return "rank " + std::to_string(r.rank) + " on " + r.node + " (" + stall.state + ", since " +
+           format_time(stall.since) + ")";
+  };
+  std::vector<std::string> firsts;
+  std::vector<std::string> later;
+  for (const auto* r : ranks) {
+    if (hang.stalled.at(r->rank).since - first <= std::chrono::seconds(1)) {
+      firsts.push_back(describe(*r));
+      rank_warning(*job, r->rank, "stopped first in the hang found at " + format_time(now_));
+    } else {
+      later.push_back(describe(*r));
+    }
+  }
+  std::string text = "hang: no rank has used CPU for " + format_duration(job->spec.hang_timeout) +
+                     " (launch.hang_timeout); stopped first: " + join(firsts, ", ");
+  if (!later.empty()) text += "; then " + join(later, ", ");
+  text += "; corral stack " + std::to_string(job->record.id) + " shows where each rank is";
+  spdlog::warn("job {}: {}", job->record.id, text);
+  persist_job(*job, std::move(text));
+}
+
+void Ledger::rank_warning(Job& job, int rank, std::string warning) {
+  for (auto& r : job.record.ranks) {
+    if (r.rank != rank) continue;
+    if (std::find(r.warnings.begin(), r.warnings.end(), warning) != r.warnings.end()) return;
+    if (r.warnings.size() >= kMaxRankWarnings) r.warnings.erase(r.warnings.begin());
+    r.warnings.push_back(std::move(warning));
+  }
+}
+
 void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited& m) {
   Job* job = any(m.job);
   store::RankRecord* it = own_rank(job, node, m.attempt, m.rank);
@@ -1009,7 +1074,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
       out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
       continue;
     }
-    Job job{record, *spec, {}, {}, false, {}};
+    Job job{record, *spec, {}, {}, false, {}, {}};
     Result<void> ok;
     if (record.state == JobState::Pending) {
       ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);
@@ -1051,7 +1116,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
     }
     if (model::is_terminal(record.state) && record.fenced()) {
       auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
-      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false, {}});
+      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false, {}, {}});
     }
   }
   // Every node is down until its agent says hello; the jobs on them stay as they are

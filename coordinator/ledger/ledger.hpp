@@ -72,6 +72,17 @@ class Ledger {
       std::vector<std::pair<std::string, protocol::RankProcess>> found;  // (node, what its rank does)
     };
     Rendezvous rendezvous;
+    // launch.hang_timeout: the ranks whose agents report no progress, since when (their
+    // agent's idle time subtracted) and in which state; whether the hang was reported.
+    struct Hang {
+      struct Stall {
+        TimePoint since{};
+        std::string state;
+      };
+      std::map<int, Stall> stalled;
+      bool reported = false;
+    };
+    Hang hang;
   };
   // What a node's agent last told us.
   struct Link {
@@ -167,6 +178,10 @@ class Ledger {
   void on_attempt_gone(const std::string& node, const protocol::AttemptGone& m);
   void on_rank_joined(const std::string& node, const protocol::RankJoined& m);
   void on_inspection(const std::string& node, const protocol::Inspection& m);
+  void on_rank_stall(const std::string& node, const protocol::RankStall& m);
+  // Adds a warning to the rank's record (shown by corral show), once; the caller persists.
+  static constexpr std::size_t kMaxRankWarnings = 8;
+  void rank_warning(Job& job, int rank, std::string warning);
   // At the deadline: asks the agents of the ranks that did not check in what they do;
   // once they answered (or a second passed), fails the job or warns.
   void check_rendezvous(Job& job);

@@ -121,6 +121,7 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     }
     if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return after_commit(cancel_job(*id, caller), std::move(respond));
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
+    if (parts.size() == 4 && parts[3] == "stack" && m == "GET") return job_stack(*id, request, caller, std::move(respond));
   }
   if (parts.size() >= 2 && parts[1] == "nodes") {
     if (parts.size() == 2 && m == "GET") return respond(list_nodes());
@@ -305,9 +306,7 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
     stored = std::move(**rec);
   }
   const store::JobRecord& rec = job ? job->record : *stored;
-  if (rec.user != caller.user && !caller.admin) {
-    return respond(error_response(403, "job " + std::to_string(id) + " belongs to " + rec.user));
-  }
+  if (auto no = refuse_other_users_job(rec, caller)) return respond(std::move(*no));
   auto number = [&](const char* key, std::uint64_t dflt) -> std::optional<std::uint64_t> {
     auto it = request.query.find(key);
     if (it == request.query.end()) return dflt;
@@ -331,6 +330,70 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
   std::uint64_t request_id = next_log_request_++;
   log_waits_[request_id] = {std::move(respond), it->rank, it->node, clock_.now() + std::chrono::seconds(10)};
   send(it->node, protocol::LogRequest{request_id, id, rec.attempt, it->rank, *offset, std::min<std::uint64_t>(*max, 4 << 20)});
+}
+
+std::optional<net::HttpResponse> Coordinator::refuse_other_users_job(const store::JobRecord& rec, const Caller& caller) {
+  if (rec.user == caller.user || caller.admin) return std::nullopt;
+  return error_response(403, "job " + std::to_string(rec.id) + " belongs to " + rec.user);
+}
+
+void Coordinator::job_stack(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond) {
+  const Job* job = ledger_.any_job(id);
+  if (job == nullptr) {
+    auto rec = store_.job(id);
+    if (!rec) return respond(error_response(503, rec.error().message()));
+    if (!*rec) return respond(error_response(404, "no job " + std::to_string(id)));
+    return respond(error_response(409, "job " + std::to_string(id) + " has ended: no rank is left to look at"));
+  }
+  const store::JobRecord& rec = job->record;
+  if (auto no = refuse_other_users_job(rec, caller)) return respond(std::move(*no));
+  std::optional<int> only;
+  if (auto it = request.query.find("rank"); it != request.query.end()) {
+    auto rank = parse_int<std::uint64_t>(it->second);
+    if (!rank || *rank > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+      return respond(error_response(400, "rank: must be a non-negative integer, got \"" + it->second.substr(0, 32) + "\""));
+    }
+    only = static_cast<int>(*rank);
+  }
+  StackWait wait;
+  wait.job = id;
+  wait.deadline = clock_.now() + kStackAnswerTime;
+  std::map<std::string, std::vector<int>> by_node;
+  for (const auto& r : rec.ranks) {
+    if (only && r.rank != *only) continue;
+    if (model::rank_ended(r.state) || r.pid == 0) {
+      wait.reports[r.rank] = {r.node, "rank " + std::to_string(r.rank) + " is not running (" +
+                                          std::string(model::to_string(r.state)) + ")\n"};
+      continue;
+    }
+    if (!ledger_.connected(r.node) || !conns_.contains(r.node)) {
+      wait.reports[r.rank] = {r.node, "the agent of node " + r.node + " is not connected\n"};
+      continue;
+    }
+    wait.reports[r.rank] = {r.node, {}};
+    by_node[r.node].push_back(r.rank);
+  }
+  if (wait.reports.empty()) {
+    return respond(error_response(404, "job " + std::to_string(id) + (only ? " has no rank " + std::to_string(*only)
+                                                                          : " has no ranks (it has not started)")));
+  }
+  std::uint64_t request_id = next_log_request_++;
+  for (const auto& [node, ranks] : by_node) {
+    wait.asked.insert(node);
+    send(node, protocol::StackRequest{request_id, id, rec.attempt, ranks});
+  }
+  wait.respond = std::move(respond);
+  if (wait.asked.empty()) return answer_stack(std::move(wait));
+  stack_waits_.emplace(request_id, std::move(wait));
+}
+
+void Coordinator::answer_stack(StackWait wait) {
+  Json ranks = Json::array();
+  for (auto& [rank, r] : wait.reports) {
+    if (r.second.empty()) r.second = "the agent of node " + r.first + " did not answer in time\n";
+    ranks.push_back(Json{{"rank", rank}, {"node", r.first}, {"report", r.second}});
+  }
+  wait.respond(json_response(200, Json{{"job", wait.job}, {"ranks", ranks}}));
 }
 
 net::HttpResponse Coordinator::list_nodes() {

@@ -119,6 +119,14 @@ void Coordinator::tick() {
       ++it;
     }
   }
+  for (auto it = stack_waits_.begin(); it != stack_waits_.end();) {
+    if (now > it->second.deadline) {
+      answer_stack(std::move(it->second));
+      it = stack_waits_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (now - last_periodic_pass_ >= config_.schedule_interval) {
     last_periodic_pass_ = now;
     request_pass();  // time limits and fair share move with the clock
@@ -202,6 +210,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
     return;
   }
   if (auto* log = std::get_if<protocol::LogData>(&*decoded)) return on_log_data(node, *log);
+  if (auto* stacks = std::get_if<protocol::Stacks>(&*decoded)) return on_stacks(node, *stacks);
   ledger_.agent_message(node, *decoded, clock_.now());
   flush_effects();
   if (protocol::is_report(*decoded)) {
@@ -235,6 +244,19 @@ void Coordinator::on_log_data(const std::string& node, const protocol::LogData& 
   }
   it->second.respond(std::move(res));
   log_waits_.erase(it);
+}
+
+void Coordinator::on_stacks(const std::string& node, const protocol::Stacks& m) {
+  auto it = stack_waits_.find(m.request);
+  if (it == stack_waits_.end() || it->second.asked.erase(node) == 0) return;
+  auto& wait = it->second;
+  for (const auto& r : m.ranks) {
+    auto report = wait.reports.find(r.rank);
+    if (report != wait.reports.end() && report->second.first == node) report->second.second = r.report;
+  }
+  if (!wait.asked.empty()) return;
+  answer_stack(std::move(wait));
+  stack_waits_.erase(it);
 }
 
 }  // namespace corral::service

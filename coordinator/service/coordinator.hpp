@@ -7,6 +7,7 @@
 // SQLite commit at the end of a turn.
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -65,6 +66,18 @@ class Coordinator final : public net::ServerHandler {
     TimePoint deadline{};
   };
 
+  // corral stack: the agents asked, and each rank's report so far (node, text; empty
+  // until its agent answers).
+  struct StackWait {
+    Respond respond;
+    model::JobId job = 0;
+    std::set<std::string> asked;
+    std::map<int, std::pair<std::string, std::string>> reports;
+    TimePoint deadline{};
+  };
+  // gdb on every process of every rank of a node takes a while.
+  static constexpr Duration kStackAnswerTime = std::chrono::seconds(25);  // under the CLI's 30 s
+
   // ---- the ledger's effects, and time (coordinator.cpp)
   // Commits what the ledger changed; then sends its messages and answers waits.
   void flush_effects();
@@ -74,6 +87,7 @@ class Coordinator final : public net::ServerHandler {
   void fatal(const Error& error);
   void send(const std::string& node, const protocol::CoordinatorMessage& message);
   void on_log_data(const std::string& node, const protocol::LogData& m);
+  void on_stacks(const std::string& node, const protocol::Stacks& m);
 
   // ---- HTTP (api.cpp)
   struct Caller {
@@ -93,6 +107,11 @@ class Coordinator final : public net::ServerHandler {
   void answer_job_waits(model::JobId id);
   net::HttpResponse cancel_job(model::JobId id, const Caller& caller);
   void job_logs(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond);
+  // GET /v1/jobs/ID/stack[?rank=R]: every running rank's stack report, from its agent.
+  void job_stack(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond);
+  void answer_stack(StackWait wait);
+  // 403 unless the caller owns the job or is an admin.
+  static std::optional<net::HttpResponse> refuse_other_users_job(const store::JobRecord& rec, const Caller& caller);
   net::HttpResponse list_nodes();
   net::HttpResponse drain_node(const std::string& name, const net::HttpRequest& request, bool drain);
   // An admin says the node's unconfirmed ranks are dead (the node will not come back).
@@ -123,6 +142,7 @@ class Coordinator final : public net::ServerHandler {
   static constexpr Duration kTokenRecheck = std::chrono::seconds(5);
   std::unordered_map<std::string, CachedUser> users_;
   std::map<std::uint64_t, LogWait> log_waits_;
+  std::map<std::uint64_t, StackWait> stack_waits_;
   std::multimap<model::JobId, JobWait> job_waits_;
   std::uint64_t next_log_request_ = 1;
   bool pass_posted_ = false;

@@ -30,7 +30,8 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
                          {"exit_code", opt(k.exit_code)},
                          {"signal", opt(k.signal)},
                          {"gone", k.gone},
-                         {"joined_at", time_json(k.joined_at)}});
+                         {"joined_at", time_json(k.joined_at)},
+                         {"warnings", k.warnings}});
   }
   // The rendezvous: which ranks checked in, and when the last one did.
   Json rendezvous(nullptr);

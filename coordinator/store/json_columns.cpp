@@ -141,7 +141,8 @@ std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
                    {"exit_code", optional_int(r.exit_code)},
                    {"signal", optional_int(r.signal)},
                    {"gone", r.gone},
-                   {"joined_at", r.joined_at ? json(to_millis(*r.joined_at)) : json(nullptr)}});
+                   {"joined_at", r.joined_at ? json(to_millis(*r.joined_at)) : json(nullptr)},
+                   {"warnings", r.warnings}});
   }
   return dump(doc);
 }
@@ -174,6 +175,7 @@ Result<std::vector<RankRecord>> ranks_from_json(std::string_view text) {
       if (r.contains("joined_at") && !r.at("joined_at").is_null()) {
         rank.joined_at = from_millis(r.at("joined_at").get<std::int64_t>());
       }
+      if (r.contains("warnings")) rank.warnings = r.at("warnings").get<std::vector<std::string>>();
       ranks.push_back(std::move(rank));
     }
     return ranks;

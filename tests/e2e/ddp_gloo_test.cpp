@@ -62,13 +62,6 @@ class DdpGloo : public NetnsCluster {
     }
     NetnsCluster::SetUp();
   }
-
-  // Runs the corral CLI in the test's own namespace, as a person on their machine would.
-  std::pair<int, std::string> cli(std::vector<std::string> args) {
-    args.insert(args.begin(), CORRAL_CLI_BIN);
-    return testing::run(args, {"CORRAL_URL=" + coord_->url(), "CORRAL_TOKEN=" + coord_->token(),
-                               "CORRAL_CA=" + coord_->ca()});
-  }
 };
 
 TEST_F(DdpGloo, TheExampleJobTrainsOnTwoHostsAndEveryRankEndsWithTheSameParameters) {

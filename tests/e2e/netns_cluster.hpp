@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/core/time.hpp"
 #include "common/model/job.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/eventually.hpp"
@@ -109,6 +110,13 @@ class NetnsCluster : public ::testing::Test {
     return r.status == 201 ? parse(r.body)["id"].get<model::JobId>() : 0;
   }
 
+  // Runs the corral CLI in the test's own namespace, as a person on their machine would.
+  std::pair<int, std::string> cli(std::vector<std::string> args) {
+    args.insert(args.begin(), CORRAL_CLI_BIN);
+    return testing::run(args, {"CORRAL_URL=" + coord_->url(), "CORRAL_TOKEN=" + coord_->token(),
+                               "CORRAL_CA=" + coord_->ca()});
+  }
+
   Json job(model::JobId id) { return parse(call("GET", "/v1/jobs/" + std::to_string(id)).body); }
 
   // The job once it has ended: the coordinator answers the long poll at its end (or
@@ -127,16 +135,9 @@ class NetnsCluster : public ::testing::Test {
                                                                          const std::string& prefix) {
     for (const auto& e : j["events"]) {
       if (!e["text"].get<std::string>().starts_with(prefix)) continue;
-      std::tm tm{};
-      int millis = 0;
-      // "2026-12-02T10:00:00.123Z"
-      if (std::sscanf(e["at"].get<std::string>().c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon,
-                      &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &millis) != 7) {
-        return std::nullopt;
-      }
-      tm.tm_year -= 1900;
-      tm.tm_mon -= 1;
-      return std::chrono::system_clock::from_time_t(::timegm(&tm)) + std::chrono::milliseconds(millis);
+      auto at = parse_rfc3339(e["at"].get<std::string>());
+      if (!at) return std::nullopt;
+      return std::chrono::system_clock::time_point(*at);
     }
     return std::nullopt;
   }

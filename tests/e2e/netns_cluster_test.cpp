@@ -287,6 +287,62 @@ TEST_F(NetnsCluster, AFailingRankFailsTheJobNamingItAndLeavesNoProcessOnAnyHost)
   EXPECT_EQ(left_running(id, ranks), "");
 }
 
+// launch.hang_timeout: a tcp-check job whose rank 3 is stopped (SIGSTOP) before it
+// connects; the other ranks compute for a few seconds, then wait for it in the
+// rendezvous. Once every rank has used no CPU for the timeout, the job gets an event
+// naming rank 3 as the one that stopped first, and `corral stack` (the CLI, as a person
+// runs it) shows rank 3 stopped and rank 0's native stack from gdb.
+TEST_F(NetnsCluster, AStoppedRankIsNamedWhenTheJobHangsAndCorralStackShowsWhereEachRankIs) {
+  const std::string command =
+      "[/bin/bash, -c, 'if [ \"$RANK\" = 3 ]; then kill -STOP $$; else end=$((SECONDS + 4)); "
+      "while [ $SECONDS -lt $end ]; do :; done; fi; exec " CORRAL_WORKER_BIN " tcp-check --timeout 120']";
+  model::JobId id = submit(two_by_two(command, "launch: {hang_timeout: 3s}\n"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json j;
+  std::string hang;
+  ASSERT_TRUE(eventually(
+      [&] {
+        j = job(id);
+        for (const auto& e : j["events"]) {
+          if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
+        }
+        return !hang.empty();
+      },
+      30s))
+      << j.dump(2);
+  std::string node3 = j["ranks"][3]["node"];
+  std::cout << hang << "\n";
+  EXPECT_NE(hang.find("stopped first: rank 3 on " + node3 + " (T (stopped), since "), std::string::npos) << hang;
+  EXPECT_NE(hang.find("; then rank "), std::string::npos) << hang;
+  EXPECT_EQ(j["state"], "RUNNING");
+  ASSERT_EQ(j["ranks"][3]["warnings"].size(), 1u) << j["ranks"][3].dump();
+
+  auto [shown, text] = cli({"show", std::to_string(id)});
+  EXPECT_NE(text.find("Warnings:\n  rank 3 on " + node3 + ": stopped first in the hang found at "), std::string::npos)
+      << text;
+  auto [rc3, stack3] = cli({"stack", std::to_string(id), "--rank", "3"});
+  EXPECT_EQ(rc3, 0) << stack3;
+  EXPECT_TRUE(stack3.starts_with("==== rank 3 on " + node3 + " ====\n")) << stack3;
+  EXPECT_NE(stack3.find("(bash) T (stopped)"), std::string::npos) << stack3;
+  EXPECT_EQ(stack3.find("==== rank 0"), std::string::npos) << "only the rank asked for";
+  auto [rc, all] = cli({"stack", std::to_string(id)});
+  EXPECT_EQ(rc, 0) << all;
+  for (int r = 0; r < 4; ++r) EXPECT_NE(all.find("==== rank " + std::to_string(r) + " on "), std::string::npos) << all;
+  // Rank 0 waits in the rendezvous: gdb shows its threads' frames.
+  auto rank0 = all.substr(all.find("==== rank 0"), all.find("==== rank 1") - all.find("==== rank 0"));
+  EXPECT_NE(rank0.find("(corral-worker) S (sleeping)"), std::string::npos) << rank0;
+  EXPECT_NE(rank0.find("native stacks (gdb):"), std::string::npos) << rank0;
+  EXPECT_NE(rank0.find("#0 "), std::string::npos) << rank0;
+  std::cout << rank0;
+  EXPECT_NE(cli({"stack", std::to_string(id), "--rank", "9"}).first, 0);
+  auto no_rank = call("GET", "/v1/jobs/" + std::to_string(id) + "/stack?rank=9");
+  EXPECT_EQ(no_rank.status, 404);
+  EXPECT_NE(no_rank.body.find("job " + std::to_string(id) + " has no rank 9"), std::string::npos) << no_rank.body;
+  EXPECT_EQ(call("GET", "/v1/jobs/" + std::to_string(id) + "/stack?rank=x").status, 400);
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
+}
+
 TEST_F(NetnsCluster, ASigkilledAgentsNodeGoesDownAndItsJobEndsNodeFailWithinTheTimeout) {
   model::JobId id = submit(two_by_two(kSleeper));
   ASSERT_TRUE(reaches(id, "RUNNING"));

@@ -357,6 +357,7 @@ void LedgerSim::deliver_to_agent(Agent& a) {
                  },
                  [&](const protocol::Kill& k) { agent_kill(a, {k.job, k.attempt}, k.grace_ms > 0); },
                  [&](const protocol::LogRequest&) {},
+                 [&](const protocol::StackRequest&) {},  // answered to an HTTP caller, not the ledger
                  [&](const protocol::Inspect& in) {
                    protocol::Inspection answer{in.job, in.attempt, {}};
                    for (int rank : in.ranks) {

@@ -3,6 +3,8 @@
 
 #include "agent/rank_watch.hpp"
 
+#include "agent/rank_stack.hpp"
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -10,9 +12,11 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 
@@ -255,6 +259,83 @@ TEST(InspectRanks, AZombieIsNotAlive) {
   EXPECT_FALSE(seen[0].alive);
   EXPECT_EQ(seen[0].state, "Z (zombie)");
   ::waitpid(child, nullptr, 0);
+}
+
+using Steady = CpuProgress::Clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(CpuProgress, StalledAfterTheTimeoutWithoutCpuAndMovingAgainWhenItComputes) {
+  CpuProgress p;
+  const Steady::time_point t0{};
+  const milliseconds timeout = seconds(5);
+  EXPECT_EQ(p.sample(t0, 1000, timeout), CpuProgress::Change::None);  // the first look only marks
+  EXPECT_EQ(p.sample(t0 + seconds(1), 1900, timeout), CpuProgress::Change::None);  // busy
+  EXPECT_EQ(p.sample(t0 + seconds(5), 1900, timeout), CpuProgress::Change::None);
+  EXPECT_EQ(p.idle(t0 + seconds(5)), seconds(4));
+  EXPECT_EQ(p.sample(t0 + seconds(6), 1900, timeout), CpuProgress::Change::Stalled);
+  EXPECT_TRUE(p.stalled());
+  EXPECT_EQ(p.sample(t0 + seconds(7), 1900, timeout), CpuProgress::Change::None) << "reported once";
+  EXPECT_EQ(p.sample(t0 + seconds(8), 2500, timeout), CpuProgress::Change::Moving);
+  EXPECT_FALSE(p.stalled());
+  EXPECT_EQ(p.idle(t0 + seconds(8)), seconds(0));
+}
+
+TEST(CpuProgress, AThreadThatWakesNowAndThenIsNoProgress) {
+  CpuProgress p;
+  const Steady::time_point t0{};
+  p.sample(t0, 0, seconds(10));
+  // 10 ms of CPU every 3 s: 0.3 % of a core, under the 1 % that counts.
+  CpuProgress::Change last = CpuProgress::Change::None;
+  for (int i = 1; i <= 4; ++i) last = p.sample(t0 + seconds(3 * i), 10 * i, seconds(10));
+  EXPECT_EQ(last, CpuProgress::Change::Stalled);
+  // A process of the group ended, taking its CPU time along: not progress either.
+  EXPECT_EQ(p.sample(t0 + seconds(13), 5, seconds(10)), CpuProgress::Change::None);
+  EXPECT_TRUE(p.stalled());
+  EXPECT_EQ(p.sample(t0 + seconds(14), 5 + 200, seconds(10)), CpuProgress::Change::Moving);
+}
+
+TEST(CpuProgress, ZeroTimeoutNeverStalls) {
+  CpuProgress p;
+  const Steady::time_point t0{};
+  p.sample(t0, 0, milliseconds(0));
+  EXPECT_EQ(p.sample(t0 + std::chrono::hours(1), 0, milliseconds(0)), CpuProgress::Change::None);
+}
+
+TEST(RankStack, ProcThreadsAndTheToolsOutputForEachProcessOfTheGroup) {
+  Child rank([] {
+    Child::ready();
+    Child::park();
+  });
+  // A stand-in for gdb that shows what it was asked: the code around the tool is tested
+  // here; the real gdb runs in the end-to-end test.
+  char dir_template[] = "/tmp/corral-stack-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::string fake = std::string(dir_template) + "/gdb";
+  {
+    FILE* f = std::fopen(fake.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("#!/bin/sh\necho \"fake gdb: $*\"\n", f);
+    std::fclose(f);
+    ::chmod(fake.c_str(), 0755);
+  }
+  StackTools tools = find_stack_tools(dir_template);
+  EXPECT_EQ(tools.gdb, fake);
+  EXPECT_TRUE(tools.py_spy.empty());
+  std::string report = rank_stack_report(rank.pid(), tools);
+  std::string pid = std::to_string(rank.pid());
+  EXPECT_NE(report.find("process " + pid + " ("), std::string::npos) << report;
+  EXPECT_NE(report.find("  thread " + pid + " ("), std::string::npos) << report;
+  EXPECT_NE(report.find("fake gdb: -p " + pid + " -batch -nx -ex set pagination off -ex thread apply all bt"),
+            std::string::npos)
+      << report;
+  std::remove(fake.c_str());
+  ::rmdir(dir_template);
+
+  tools.gdb.clear();
+  report = rank_stack_report(rank.pid(), tools);
+  EXPECT_NE(report.find("native stacks: gdb is not installed on this node"), std::string::npos) << report;
+  EXPECT_EQ(rank_stack_report(0, tools), "no process of the rank is running on this node\n");
 }
 
 }  // namespace

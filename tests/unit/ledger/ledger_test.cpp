@@ -317,5 +317,48 @@ TEST_F(RendezvousTest, ARankThatEndedBeforeItWasSeenIsNotMissingAndAStaleAnswerI
   EXPECT_EQ(state(id), JobState::Running);
 }
 
+TEST_F(RendezvousTest, AHangIsReportedOnceEveryRankStoppedNamingTheFirstToStop) {
+  model::JobId id = running_two_by_two("launch: {hang_timeout: 5m}\n");
+  EXPECT_EQ(sent_to<protocol::Launch>("b")[0].hang_timeout_ms, 300000);
+  pass(20min);
+  // Rank 3 stopped first (7 min ago); the others 5 min ago, waiting for it.
+  say("b", protocol::RankStall{id, 0, 3, true, 420000, "T (stopped)"});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_FALSE(has_event(id, "hang:")) << "rank " << r << " still moves";
+    say(r < 2 ? "a" : "b", protocol::RankStall{id, 0, r, true, 300000, "S (sleeping)"});
+  }
+  auto all = events(id);
+  ASSERT_TRUE(has_event(id, "hang: no rank has used CPU for 5m (launch.hang_timeout); stopped first: rank 3 on b "
+                            "(T (stopped), since "))
+      << testing::PrintToString(all);
+  EXPECT_TRUE(has_event(id, "; then rank 0 on a (S (sleeping), since "));
+  EXPECT_TRUE(has_event(id, "corral stack " + std::to_string(id) + " shows where each rank is"));
+  auto rec = *store_.job(id);
+  ASSERT_EQ(rec->ranks[3].warnings.size(), 1u);
+  EXPECT_TRUE(rec->ranks[3].warnings[0].starts_with("stopped first in the hang found at "));
+  EXPECT_TRUE(rec->ranks[0].warnings.empty());
+  EXPECT_EQ(state(id), JobState::Running) << "a hang is reported, not acted on";
+  // Reported once; progress again is an event, and a new hang is reported anew.
+  say("a", protocol::RankStall{id, 0, 0, true, 301000, "S (sleeping)"});
+  EXPECT_EQ(events(id).size(), all.size());
+  say("a", protocol::RankStall{id, 0, 1, false, 0, "R (running)"});
+  EXPECT_TRUE(has_event(id, "rank 1 on a makes progress again"));
+  restart();  // the warning is on disk
+  EXPECT_EQ((*store_.job(id))->ranks[3].warnings.size(), 1u);
+}
+
+TEST_F(RendezvousTest, NoHangWhileOneRankStillMovesOrHasEnded) {
+  model::JobId id = running_two_by_two("launch: {hang_timeout: 5m}\n");
+  for (int r = 0; r < 3; ++r) say(r < 2 ? "a" : "b", protocol::RankStall{id, 0, r, true, 300000, "S (sleeping)"});
+  EXPECT_FALSE(has_event(id, "hang:"));
+  // Rank 3 ends with 0 (its part done); the three left are all stopped: that is a hang.
+  say("b", protocol::RankExited{id, 0, 3, 0, 0, "exited with code 0", false});
+  say("b", protocol::RankStall{id, 0, 2, true, 301000, "S (sleeping)"});
+  EXPECT_TRUE(has_event(id, "hang:"));
+  // A report for another attempt or node is not this job's.
+  say("b", protocol::RankStall{id, 5, 0, true, 300000, "S (sleeping)"});
+  say("a", protocol::RankStall{id, 0, 2, true, 300000, "S (sleeping)"});
+}
+
 }  // namespace
 }  // namespace corral::ledger

@@ -272,11 +272,17 @@ std::vector<BadSpec> bad_specs() {
 
       // launch
       {"LaunchIsAString", valid_plus("launch: torchrun\n"),
-       "job.yaml:5:9: launch: must be a map with mode, procs_per_node, gpu_visibility, rendezvous_timeout or on_rendezvous_timeout, got \"torchrun\""},
+       "job.yaml:5:9: launch: must be a map with mode, procs_per_node, gpu_visibility, rendezvous_timeout, on_rendezvous_timeout or hang_timeout, got \"torchrun\""},
       {"LaunchModeUnknown", valid_plus("launch: {mode: mpi}\n"),
        "job.yaml:5:16: launch.mode: must be torch or nccl, got \"mpi\""},
       {"LaunchMisspelledMode", valid_plus("launch: {mod: nccl}\n"),
        "job.yaml:5:10: launch.mod: unknown field; did you mean \"mode\"?"},
+      {"RendezvousTimeoutWithoutAUnit", valid_plus("launch: {rendezvous_timeout: 30}\n"),
+       "job.yaml:5:30: launch.rendezvous_timeout: missing unit (s, m, h or d) in duration \"30\", or 0 for none"},
+      {"OnRendezvousTimeoutUnknown", valid_plus("launch: {on_rendezvous_timeout: retry}\n"),
+       "job.yaml:5:33: launch.on_rendezvous_timeout: must be fail or warn, got \"retry\""},
+      {"HangTimeoutAList", valid_plus("launch: {hang_timeout: [5m]}\n"),
+       "job.yaml:5:24: launch.hang_timeout: must be a duration like 5m, or 0 for none, got a list"},
       {"ProcsPerNodeAWord", valid_plus("launch: {procs_per_node: all}\n"),
        "job.yaml:5:26: launch.procs_per_node: must be \"gpus\" or a positive integer, got \"all\""},
       {"ProcsPerNodeZero", valid_plus("launch: {procs_per_node: 0}\n"),
@@ -425,6 +431,20 @@ TEST(JobSpecYaml, LeavesOptionalFieldsAtTheirDefaults) {
   EXPECT_EQ(spec.time_limit, std::nullopt);
   EXPECT_EQ(spec.priority, 0);
   EXPECT_EQ(spec.retries, 0);
+  EXPECT_EQ(spec.rendezvous_timeout, std::chrono::minutes(5));
+  EXPECT_EQ(spec.on_rendezvous_timeout, OnRendezvousTimeout::Fail);
+  EXPECT_EQ(spec.hang_timeout, Duration(0));
+}
+
+TEST(JobSpecYaml, ReadsTheWatchDeadlinesAndZeroTurnsThemOff) {
+  JobSpec spec = parse_ok(
+      "name: t\ncommand: x\nresources: {gpus: 1}\n"
+      "launch: {rendezvous_timeout: 90s, on_rendezvous_timeout: warn, hang_timeout: 10m}\n");
+  EXPECT_EQ(spec.rendezvous_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(spec.on_rendezvous_timeout, OnRendezvousTimeout::Warn);
+  EXPECT_EQ(spec.hang_timeout, std::chrono::minutes(10));
+  JobSpec off = parse_ok("name: t\ncommand: x\nresources: {gpus: 1}\nlaunch: {rendezvous_timeout: 0}\n");
+  EXPECT_EQ(off.rendezvous_timeout, Duration(0));
 }
 
 TEST(JobSpecYaml, RunsAListCommandDirectlyAndAStringThroughTheShell) {

@@ -49,6 +49,8 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   round_trip_agent(RankExited{7, 1, 3, 0, 9, "killed by signal 9", false});
   round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
   round_trip_agent(RankJoined{7, 1, 3});
+  round_trip_agent(RankStall{7, 1, 3, true, 300000, "T (stopped)"});
+  round_trip_agent(Stacks{9, {{3, "process 812 (python3) S (sleeping)\n"}, {2, ""}}});
   round_trip_agent(Inspection{7, 1, {{3, true, 812, "python3", "S (sleeping)", "hrtimer_nanosleep", 40, 2},
                                      {2, false, 0, "", "", "", 0, 0}}});
 }
@@ -71,12 +73,14 @@ TEST(Codec, EveryCoordinatorMessageRoundTrips) {
   l.master_addr = "10.0.0.11";
   l.master_port = 29500;
   l.ranks = {{0, 0, 0, {0}}, {1, 1, 0, {1}}};
+  l.hang_timeout_ms = 600000;
   round_trip_coordinator(l);
   l.command = {true, {"echo hi"}};
   round_trip_coordinator(l);
   round_trip_coordinator(Kill{7, 1, 5000});
   round_trip_coordinator(LogRequest{9, 7, 1, 2, 100, 4096});
   round_trip_coordinator(Inspect{7, 1, {2, 3}});
+  round_trip_coordinator(StackRequest{9, 7, 1, {3}});
 }
 
 TEST(Codec, RejectionsNameTheField) {
