@@ -10,6 +10,7 @@
 #include <random>
 
 #include "agent/inventory/run_command.hpp"
+#include "agent/gpu_misuse.hpp"
 #include "agent/kill_escalation.hpp"
 #include "agent/launcher.hpp"
 #include "agent/log_reader.hpp"
@@ -31,6 +32,8 @@ namespace fs = std::filesystem;
 constexpr Duration kRendezvousWatchInterval = std::chrono::milliseconds(200);
 // Progress (launch.hang_timeout) is sampled every 5th look: once a second.
 constexpr std::uint64_t kHangSampleEvery = 5;
+// The processes on the GPUs (nvidia-smi) are compared with the ranks' every 25th: 5 s.
+constexpr std::uint64_t kGpuCheckEvery = 25;
 
 
 template <class Work, class Done>
@@ -603,36 +606,44 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
 
 void Agent::watch_ranks() {
   if (watch_running_) return;  // the last look is still going
-  const bool sample = ++watch_count_ % kHangSampleEvery == 0;
+  ++watch_count_;
+  const bool sample = watch_count_ % kHangSampleEvery == 0;
+  const bool gpu_check = watch_count_ % kGpuCheckEvery == 0 && hooks_.compute_apps;
   struct Look {
     Key key;
     std::string master_addr;
     int master_port = 0;
     std::vector<WatchedRank> joining;  // not checked in yet
     std::vector<WatchedRank> sampled;  // whose progress is watched
+    std::vector<std::pair<WatchedRank, std::vector<int>>> on_gpus;  // with their GPUs
   };
   std::vector<Look> looks;
   for (const auto& [key, job] : jobs_) {
     if (job.killing) continue;
-    Look look{key, job.master_addr, job.master_port, {}, {}};
+    Look look{key, job.master_addr, job.master_port, {}, {}, {}};
     for (const auto& [r, rank] : job.ranks) {
       if (rank.exited) continue;
       if (!job.master_addr.empty() && !rank.joined) look.joining.push_back({r, rank.pid});
       if (sample && job.hang_timeout.count() > 0) look.sampled.push_back({r, rank.pid});
+      if (gpu_check && !rank.gpus.empty()) look.on_gpus.push_back({{r, rank.pid}, rank.gpus});
     }
-    if (!look.joining.empty() || !look.sampled.empty()) looks.push_back(std::move(look));
+    if (!look.joining.empty() || !look.sampled.empty() || !look.on_gpus.empty()) looks.push_back(std::move(look));
   }
   if (looks.empty()) return;
   watch_running_ = true;
   struct Seen {
     std::vector<std::pair<Key, int>> joined;
     std::vector<std::pair<Key, protocol::RankProcess>> sampled;
+    std::vector<std::pair<Key, std::pair<int, std::string>>> misuse;
     CpuProgress::Clock::time_point at;
   };
   offload(
       *work_,
-      [looks = std::move(looks)] {
+      [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus] {
         Seen seen;
+        Result<std::vector<ComputeApp>> apps = std::vector<ComputeApp>{};
+        if (gpu_check) apps = apps_hook();
+        if (!apps) spdlog::warn("cannot check the ranks' GPUs: {}", apps.error().message());
         for (const auto& look : looks) {
           if (!look.joining.empty()) {
             for (int rank : joined_ranks(look.joining, look.master_addr, look.master_port)) {
@@ -640,6 +651,19 @@ void Agent::watch_ranks() {
             }
           }
           for (auto& p : inspect_ranks(look.sampled)) seen.sampled.emplace_back(look.key, std::move(p));
+          if (look.on_gpus.empty() || !apps || apps->empty()) continue;
+          std::vector<pid_t> groups;
+          for (const auto& [r, own] : look.on_gpus) groups.push_back(r.group);
+          auto members = processes_by_group(groups);
+          std::vector<RankOnGpus> ranks;
+          for (const auto& [r, own] : look.on_gpus) {
+            RankOnGpus rank{r.rank, {}, own};
+            for (const auto& p : members[r.group]) rank.processes[p.pid] = p.comm;
+            ranks.push_back(std::move(rank));
+          }
+          for (auto& [rank, text] : find_gpu_misuse(ranks, *apps, gpus)) {
+            seen.misuse.emplace_back(look.key, std::pair{rank, std::move(text)});
+          }
         }
         seen.at = CpuProgress::Clock::now();
         return seen;
@@ -666,6 +690,12 @@ void Agent::watch_ranks() {
           if (change == CpuProgress::Change::None) continue;
           bool stalled = change == CpuProgress::Change::Stalled;
           send(protocol::RankStall{key.first, key.second, p.rank, stalled, rank->progress.idle(seen.at).count(), p.state});
+        }
+        for (const auto& [key, warning] : seen.misuse) {
+          auto [job, rank] = find(key, warning.first);
+          if (rank == nullptr || !rank->warned.insert(warning.second).second) continue;
+          spdlog::warn("job {} rank {}: {}", key.first, warning.first, warning.second);
+          send(protocol::RankWarning{key.first, key.second, warning.first, warning.second});
         }
       });
 }

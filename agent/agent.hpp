@@ -15,9 +15,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "agent/inventory/nvidia_smi.hpp"
 #include "agent/outbox.hpp"
 #include "agent/rank_watch.hpp"
 #include "agent/spool.hpp"
@@ -39,6 +41,9 @@ struct AgentHooks {
   // After a job's ranks are gone: descriptions of any of these GPU UUIDs still held by
   // a process (nvidia-smi --query-compute-apps); empty on simulated nodes.
   std::function<std::vector<std::string>(const std::vector<std::string>& uuids)> gpus_still_held;
+  // The processes using the node's GPUs now (nvidia-smi --query-compute-apps, or the
+  // simulated inventory's file), to find ranks using GPUs not their own; unset: not checked.
+  std::function<Result<std::vector<ComputeApp>>()> compute_apps;
 };
 
 class Agent {
@@ -64,6 +69,7 @@ class Agent {
     std::string log;
     std::vector<int> gpus;
     CpuProgress progress = {};  // with launch.hang_timeout: whether it still uses CPU
+    std::set<std::string> warned = {};  // RankWarning texts sent
   };
   struct Job {
     std::map<int, Rank> ranks;

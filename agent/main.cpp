@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
   hello.health_error = health;
 
   agent::AgentHooks hooks;
+  if (!config->simulate.empty()) {
+    hooks.compute_apps = [file = inventory.compute_apps_file] { return agent::read_simulated_compute_apps(file); };
+  } else {
+    hooks.compute_apps = [c = *config] { return agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi); };
+  }
   if (config->simulate.empty()) {
     hooks.preflight = [c = *config, inventory] { return preflight(c, inventory); };
     hooks.gpus_still_held = [c = *config](const std::vector<std::string>& uuids) {

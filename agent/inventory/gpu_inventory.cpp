@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <span>
 
@@ -94,6 +95,10 @@ Result<std::vector<ComputeApp>> read_compute_apps(const CommandRunner& run, cons
   return parse_compute_apps(*out);
 }
 
+namespace {
+constexpr std::size_t kMaxSimComputeAppsBytes = 1 << 20;
+}  // namespace
+
 Result<Inventory> read_simulated_inventory(const std::string& path, std::string_view node) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorCode::NotFound, "cannot read simulated inventory " + path);
@@ -117,7 +122,25 @@ Result<Inventory> read_simulated_inventory(const std::string& path, std::string_
   inventory.cuda = sim->cuda;
   inventory.driver = std::move(sim->driver);
   inventory.simulated = true;
+  if (!sim->compute_apps.empty()) {
+    std::filesystem::path file(sim->compute_apps);
+    inventory.compute_apps_file =
+        file.is_absolute() ? file.string() : (std::filesystem::path(path).parent_path() / file).string();
+  }
   return inventory;
+}
+
+Result<std::vector<ComputeApp>> read_simulated_compute_apps(const std::string& file) {
+  if (file.empty()) return std::vector<ComputeApp>{};
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::vector<ComputeApp>{};
+  std::string text(kMaxSimComputeAppsBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxSimComputeAppsBytes) return make_error(ErrorCode::InvalidArgument, file + ": larger than 1 MiB");
+  auto apps = parse_compute_apps(text);
+  if (!apps) return std::unexpected(apps.error().with_context(file));
+  return apps;
 }
 
 }  // namespace corral::agent

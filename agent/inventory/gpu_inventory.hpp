@@ -21,6 +21,8 @@ struct Inventory {
   model::CudaVersion cuda;  // the highest CUDA version the driver supports
   std::string driver;       // "550.54.15"
   bool simulated = false;   // from a file, not from nvidia-smi: `corral nodes` says so
+  // Simulated only: the file standing for nvidia-smi's compute processes; empty if none.
+  std::string compute_apps_file;
   // Things that did not stop the inventory but an operator should see in the log, e.g.
   // why NVLink is unknown.
   std::vector<std::string> warnings;
@@ -56,5 +58,9 @@ inline constexpr Duration kNvidiaSmiTimeout{30'000};
 // The UUIDs carry a hash of `node`, so simulated GPUs are unique across the cluster
 // as real ones are.
 [[nodiscard]] Result<Inventory> read_simulated_inventory(const std::string& path, std::string_view node = {});
+
+// A simulated node's compute processes: the inventory's compute_apps file, parsed as
+// nvidia-smi's output; none when it names no file or the file is missing.
+[[nodiscard]] Result<std::vector<ComputeApp>> read_simulated_compute_apps(const std::string& file);
 
 }  // namespace corral::agent

@@ -17,7 +17,8 @@ namespace corral::model {
 
 namespace {
 
-constexpr std::array<std::string_view, 3> kTopFields = {"driver", "cuda", "gpus"};
+constexpr std::array<std::string_view, 4> kTopFields = {"driver", "cuda", "gpus", "compute_apps"};
+constexpr std::array<std::string_view, 3> kRequiredFields = {"driver", "cuda", "gpus"};
 constexpr std::array<std::string_view, 4> kGroupFields = {"name", "memory_mb", "count", "nvlink"};
 // Beyond any GPU made (the largest hold under 300 GB); it only catches a unit mistake.
 constexpr std::int64_t kMaxMemoryMb = 1024 * 1024;
@@ -223,6 +224,13 @@ std::optional<SimInventory> SimReader::read(const YAML::Node& root) {
           } else if (cuda) {
             inventory.cuda = *cuda;
           }
+        } else if (name == "compute_apps") {
+          auto text = scalar(key, value, field);
+          if (text && (text->empty() || text->size() > 4096)) {
+            add(value.Mark(), field, "must be a file name, got " + quote_for_message(*text));
+          } else if (text) {
+            inventory.compute_apps = *text;
+          }
         } else if (name == "gpus") {
           gpus_at = value_mark(key, value);
           if (!value.IsSequence() || value.size() == 0) {
@@ -235,7 +243,7 @@ std::optional<SimInventory> SimReader::read(const YAML::Node& root) {
           }
         }
       });
-  for (std::string_view required : kTopFields) {
+  for (std::string_view required : kRequiredFields) {
     if (!seen.contains(std::string(required))) add(root.Mark(), required, "required field is missing");
   }
   int total = 0;

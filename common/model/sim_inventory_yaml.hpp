@@ -7,11 +7,15 @@
 //   cuda: "12.4"
 //   gpus:
 //     - {name: "NVIDIA A100-SXM4-80GB", memory_mb: 81920, count: 8, nvlink: true}
+//   compute_apps: apps.csv   # optional
 //
 // Groups get consecutive indices in file order. Each GPU's UUID is derived from its group
 // and index ("GPU-sim-00000000-0000-0000-0000-000000000003"), so it is the same on every
 // node that loads the file: unique within a node, like the indices. `nvlink: true`
 // joins the group's GPUs all-to-all (an NVSwitch board); groups are never joined.
+// `compute_apps` names a file holding what `nvidia-smi --query-compute-apps=pid,gpu_uuid,
+// used_memory --format=csv,noheader,nounits` would print (relative to the inventory's
+// directory); the agent reads it anew each time it looks at the processes using GPUs.
 
 #include <cstddef>
 #include <string>
@@ -28,6 +32,7 @@ struct SimInventory {
   std::string driver;  // "550.54.15"
   CudaVersion cuda;    // the CUDA version this pretend driver supports
   std::vector<Gpu> gpus;
+  std::string compute_apps;  // a file, as written; empty: no process uses a GPU
 
   bool operator==(const SimInventory&) const = default;
 };

@@ -88,6 +88,10 @@ std::string encode(const AgentMessage& message) {
             return Json{{"type", "rank_stall"}, {"job", m.job},         {"attempt", m.attempt}, {"rank", m.rank},
                         {"stalled", m.stalled}, {"idle_ms", m.idle_ms}, {"state", m.state}};
           },
+          [](const RankWarning& m) {
+            return Json{{"type", "rank_warning"}, {"job", m.job},   {"attempt", m.attempt},
+                        {"rank", m.rank},         {"warning", m.warning}};
+          },
           [](const Stacks& m) {
             Json ranks = Json::array();
             for (const auto& k : m.ranks) ranks.push_back(Json{{"rank", k.rank}, {"report", k.report}});
@@ -254,6 +258,13 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.stalled = r.boolean("stalled");
     m.idle_ms = r.i64("idle_ms", 0, kMaxTimeoutMs);
     m.state = r.str("state", 64, "");
+    out = std::move(m);
+  } else if (type == "rank_warning") {
+    RankWarning m;
+    m.job = r.i64("job", 1, kMaxJobId);
+    m.attempt = r.i32("attempt", 0, kMaxAttempt);
+    m.rank = r.i32("rank", 0, kMaxRank);
+    m.warning = r.str("warning", 1024);
     out = std::move(m);
   } else if (type == "stacks") {
     Stacks m;
@@ -454,7 +465,7 @@ std::string_view type_name(const AgentMessage& message) {
   static constexpr std::string_view kNames[] = {"hello", "heartbeat", "health", "prepare_result",
                                                 "rank_started", "rank_exited", "log_data", "synced",
                                                 "attempt_gone", "rank_joined", "inspection", "rank_stall",
-                                                "stacks"};
+                                                "stacks",       "rank_warning"};
   return kNames[message.index()];
 }
 

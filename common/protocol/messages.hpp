@@ -160,6 +160,16 @@ struct RankStall {
   bool operator==(const RankStall&) const = default;
 };
 
+// Something the agent found wrong with a rank, for its record and the job's events (a
+// GPU it uses that is not its own). Sent once per rank and text.
+struct RankWarning {
+  model::JobId job = 0;
+  int attempt = 0;
+  int rank = 0;
+  std::string warning;
+  bool operator==(const RankWarning&) const = default;
+};
+
 // One rank's stack report: /proc state of each of its processes and threads, native
 // stacks (gdb) and Python stacks (py-spy) where those are installed.
 struct RankStack {
@@ -177,7 +187,7 @@ struct Stacks {
 
 using AgentMessage =
     std::variant<Hello, Heartbeat, Health, PrepareResult, RankStarted, RankExited, LogData, Synced, AttemptGone,
-                 RankJoined, Inspection, RankStall, Stacks>;
+                 RankJoined, Inspection, RankStall, Stacks, RankWarning>;
 
 // ---- coordinator -> agent
 

@@ -205,6 +205,7 @@ void Ledger::agent_message(const std::string& node, const protocol::AgentMessage
                  [&](const protocol::Inspection& m) { on_inspection(node, m); },
                  [&](const protocol::RankStall& m) { on_rank_stall(node, m); },
                  [&](const protocol::Stacks&) {},  // answered by the caller
+                 [&](const protocol::RankWarning& m) { on_rank_warning(node, m); },
              },
              message);
 }
@@ -957,13 +958,24 @@ void Ledger::on_rank_stall(const std::string& node, const protocol::RankStall& m
   persist_job(*job, std::move(text));
 }
 
-void Ledger::rank_warning(Job& job, int rank, std::string warning) {
+bool Ledger::rank_warning(Job& job, int rank, std::string warning) {
   for (auto& r : job.record.ranks) {
     if (r.rank != rank) continue;
-    if (std::find(r.warnings.begin(), r.warnings.end(), warning) != r.warnings.end()) return;
+    if (std::find(r.warnings.begin(), r.warnings.end(), warning) != r.warnings.end()) return false;
     if (r.warnings.size() >= kMaxRankWarnings) r.warnings.erase(r.warnings.begin());
     r.warnings.push_back(std::move(warning));
+    return true;
   }
+  return false;
+}
+
+void Ledger::on_rank_warning(const std::string& node, const protocol::RankWarning& m) {
+  Job* job = live(m.job);
+  store::RankRecord* rank = own_rank(job, node, m.attempt, m.rank);
+  if (rank == nullptr || m.warning.empty()) return;
+  if (!rank_warning(*job, m.rank, m.warning)) return;
+  spdlog::warn("job {}: rank {} on {}: {}", m.job, m.rank, node, m.warning);
+  persist_job(*job, "rank " + std::to_string(m.rank) + " on " + node + ": " + m.warning);
 }
 
 void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited& m) {

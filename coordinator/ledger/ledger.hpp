@@ -181,7 +181,9 @@ class Ledger {
   void on_rank_stall(const std::string& node, const protocol::RankStall& m);
   // Adds a warning to the rank's record (shown by corral show), once; the caller persists.
   static constexpr std::size_t kMaxRankWarnings = 8;
-  void rank_warning(Job& job, int rank, std::string warning);
+  // False when the rank has it already.
+  bool rank_warning(Job& job, int rank, std::string warning);
+  void on_rank_warning(const std::string& node, const protocol::RankWarning& m);
   // At the deadline: asks the agents of the ranks that did not check in what they do;
   // once they answered (or a second passed), fails the job or warns.
   void check_rendezvous(Job& job);

@@ -343,6 +343,62 @@ TEST_F(NetnsCluster, AStoppedRankIsNamedWhenTheJobHangsAndCorralStackShowsWhereE
   EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
 }
 
+// Simulated nodes whose inventories carry a compute-processes file (what nvidia-smi
+// --query-compute-apps prints), written by the test as a job's ranks would use the GPUs.
+class GpuMisuse : public NetnsCluster {
+ protected:
+  std::vector<std::string> inventories() const override {
+    std::vector<std::string> out;
+    for (int i = 1; i <= kAgents; ++i) {
+      out.push_back("driver: \"550.54.15\"\ncuda: \"12.4\"\ncompute_apps: apps-" + std::to_string(i) +
+                    ".csv\ngpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n");
+    }
+    return out;
+  }
+};
+
+// Rank 1's process holds memory on rank 0's GPU, as when a DDP script never calls
+// torch.cuda.set_device(LOCAL_RANK): the job gets an event and `corral show` a warning
+// saying exactly that; the job goes on.
+TEST_F(GpuMisuse, ARankOnAnotherRanksGpuGetsAWarningNamingTheMissingSetDevice) {
+  model::JobId id = submit(two_by_two("[sleep, \"300\"]"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json j = job(id);
+  std::string node = j["ranks"][0]["node"];
+  ASSERT_EQ(j["ranks"][1]["node"], node);
+  std::string gpu0 = j["ranks"][0]["gpu_uuids"][0];
+  int gpu0_index = j["ranks"][0]["gpus"][0];
+  int pid0 = j["ranks"][0]["pid"];
+  int pid1 = j["ranks"][1]["pid"];
+  int gpu1_index = j["ranks"][1]["gpus"][0];
+  std::ofstream(dir_.file("apps-" + std::to_string(host_of(node)) + ".csv"))
+      << pid0 << ", " << gpu0 << ", 60000\n" << pid1 << ", " << gpu0 << ", 514\n";
+  std::string expected = "rank 1 on " + node + ": pid " + std::to_string(pid1) + " (sleep) holds memory on GPU " +
+                         std::to_string(gpu0_index) + " (" + gpu0 + "), which is not its own (its GPU: " +
+                         std::to_string(gpu1_index) + "); ranks 0 and 1 all use GPU " + std::to_string(gpu0_index) +
+                         ": does the program call torch.cuda.set_device(LOCAL_RANK)?";
+  // The agents look every 5 s.
+  ASSERT_TRUE(eventually(
+      [&] {
+        j = job(id);
+        for (const auto& e : j["events"]) {
+          if (e["text"] == expected) return true;
+        }
+        return false;
+      },
+      20s))
+      << j["events"].dump(2);
+  EXPECT_EQ(j["ranks"][1]["warnings"].size(), 1u) << j["ranks"][1].dump();
+  EXPECT_TRUE(j["ranks"][0]["warnings"].empty()) << "GPU 0 is rank 0's own";
+  auto [rc, text] = cli({"show", std::to_string(id)});
+  EXPECT_NE(text.find("Warnings:\n  " + expected.substr(0, expected.find(": pid")) + ": pid " + std::to_string(pid1)),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
+}
+
 TEST_F(NetnsCluster, ASigkilledAgentsNodeGoesDownAndItsJobEndsNodeFailWithinTheTimeout) {
   model::JobId id = submit(two_by_two(kSleeper));
   ASSERT_TRUE(reaches(id, "RUNNING"));

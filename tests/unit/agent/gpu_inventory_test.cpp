@@ -266,6 +266,30 @@ TEST(GpuInventory, SimulatedUuidsDifferFromNodeToNode) {
   EXPECT_EQ(a->gpus[0].uuid, read_simulated_inventory(file, "gpu-a")->gpus[0].uuid);  // stable across restarts
 }
 
+TEST(GpuInventory, ASimulatedNodesComputeProcessesComeFromItsFileReadAnewEachTime) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("corral-sim-apps-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "sim.yaml") << "driver: \"550.54.15\"\ncuda: \"12.4\"\ncompute_apps: apps.csv\n"
+                                     "gpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2}]\n";
+  auto inventory = read_simulated_inventory((dir / "sim.yaml").string(), "gpu-a");
+  ASSERT_TRUE(inventory.has_value()) << inventory.error().message();
+  EXPECT_EQ(inventory->compute_apps_file, (dir / "apps.csv").string()) << "relative to the inventory";
+  auto none = read_simulated_compute_apps(inventory->compute_apps_file);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty()) << "no file yet: no process on a GPU";
+  std::ofstream(dir / "apps.csv") << "812, " << inventory->gpus[0].uuid << ", 1024\n";
+  auto one = read_simulated_compute_apps(inventory->compute_apps_file);
+  ASSERT_TRUE(one.has_value()) << one.error().message();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].pid, 812);
+  std::ofstream(dir / "apps.csv") << "812, GPU-x\n";
+  auto bad = read_simulated_compute_apps(inventory->compute_apps_file);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("apps.csv"), std::string::npos) << bad.error().message();
+  fs::remove_all(dir);
+}
+
 TEST(GpuInventory, MissingSimulatedInventoryFileIsNotFound) {
   auto inventory = read_simulated_inventory("/nonexistent/sim.yaml");
   ASSERT_FALSE(inventory.has_value());

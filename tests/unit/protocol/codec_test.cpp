@@ -50,6 +50,7 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
   round_trip_agent(RankJoined{7, 1, 3});
   round_trip_agent(RankStall{7, 1, 3, true, 300000, "T (stopped)"});
+  round_trip_agent(RankWarning{7, 1, 1, "pid 812 (python3) holds memory on GPU 0"});
   round_trip_agent(Stacks{9, {{3, "process 812 (python3) S (sleeping)\n"}, {2, ""}}});
   round_trip_agent(Inspection{7, 1, {{3, true, 812, "python3", "S (sleeping)", "hrtimer_nanosleep", 40, 2},
                                      {2, false, 0, "", "", "", 0, 0}}});
