@@ -32,6 +32,9 @@ namespace fs = std::filesystem;
 constexpr Duration kRendezvousWatchInterval = std::chrono::milliseconds(200);
 // Progress (launch.hang_timeout) is sampled every 5th look: once a second.
 constexpr std::uint64_t kHangSampleEvery = 5;
+// A rank's check-in is looked for at every look for its first 30 s, then every 5th.
+constexpr int kEagerJoinLooks = 150;
+constexpr std::uint64_t kLateJoinEvery = 5;
 // The processes on the GPUs (nvidia-smi) are compared with the ranks' every 25th: 5 s.
 constexpr std::uint64_t kGpuCheckEvery = 25;
 
@@ -215,6 +218,14 @@ void Agent::on_welcome(const protocol::Welcome& m) {
                m.heartbeat_interval_ms, outbox_.held());
   heartbeat_timer_->start_repeating(heartbeat_interval_, [this] { send(protocol::Heartbeat{}); });
   flush_outbox();
+  // Stalls are held in the coordinator's memory: a restarted one hears them again.
+  const auto now = CpuProgress::Clock::now();
+  for (const auto& [key, job] : jobs_) {
+    for (const auto& [r, rank] : job.ranks) {
+      if (rank.exited || !rank.progress.stalled()) continue;
+      send(protocol::RankStall{key.first, key.second, r, true, rank.progress.idle(now).count(), rank.stalled_state});
+    }
+  }
   synced_pending_ = true;
   send_synced_when_ready();
 }
@@ -618,12 +629,15 @@ void Agent::watch_ranks() {
     std::vector<std::pair<WatchedRank, std::vector<int>>> on_gpus;  // with their GPUs
   };
   std::vector<Look> looks;
-  for (const auto& [key, job] : jobs_) {
+  for (auto& [key, job] : jobs_) {
     if (job.killing) continue;
     Look look{key, job.master_addr, job.master_port, {}, {}, {}};
-    for (const auto& [r, rank] : job.ranks) {
+    for (auto& [r, rank] : job.ranks) {
       if (rank.exited) continue;
-      if (!job.master_addr.empty() && !rank.joined) look.joining.push_back({r, rank.pid});
+      if (!job.master_addr.empty() && !rank.joined &&
+          (rank.join_looks++ < kEagerJoinLooks || watch_count_ % kLateJoinEvery == 0)) {
+        look.joining.push_back({r, rank.pid});
+      }
       if (sample && job.hang_timeout.count() > 0) look.sampled.push_back({r, rank.pid});
       if (gpu_check && !rank.gpus.empty()) look.on_gpus.push_back({{r, rank.pid}, rank.gpus});
     }
@@ -654,7 +668,7 @@ void Agent::watch_ranks() {
           if (look.on_gpus.empty() || !apps || apps->empty()) continue;
           std::vector<pid_t> groups;
           for (const auto& [r, own] : look.on_gpus) groups.push_back(r.group);
-          auto members = processes_by_group(groups);
+          auto members = group_members(groups);
           std::vector<RankOnGpus> ranks;
           for (const auto& [r, own] : look.on_gpus) {
             RankOnGpus rank{r.rank, {}, own};
@@ -689,6 +703,7 @@ void Agent::watch_ranks() {
           auto change = rank->progress.sample(seen.at, p.cpu_ms, job->hang_timeout);
           if (change == CpuProgress::Change::None) continue;
           bool stalled = change == CpuProgress::Change::Stalled;
+          rank->stalled_state = p.state;
           send(protocol::RankStall{key.first, key.second, p.rank, stalled, rank->progress.idle(seen.at).count(), p.state});
         }
         for (const auto& [key, warning] : seen.misuse) {
@@ -703,19 +718,46 @@ void Agent::watch_ranks() {
 void Agent::on_inspect(const protocol::Inspect& m) {
   Key key{m.job, m.attempt};
   std::vector<WatchedRank> ranks;
+  std::vector<WatchedRank> joining;  // looked for once more: the watch may be a second behind
+  std::string master_addr;
+  int master_port = 0;
   auto it = jobs_.find(key);
   for (int r : m.ranks) {
     pid_t group = 0;
     if (it != jobs_.end()) {
       auto rank = it->second.ranks.find(r);
-      if (rank != it->second.ranks.end() && !rank->second.exited) group = rank->second.pid;
+      if (rank != it->second.ranks.end() && !rank->second.exited) {
+        group = rank->second.pid;
+        if (!rank->second.joined && !it->second.master_addr.empty()) joining.push_back({r, group});
+      }
+      master_addr = it->second.master_addr;
+      master_port = it->second.master_port;
     }
     ranks.push_back({r, group});
   }
+  struct Found {
+    std::vector<int> joined;
+    std::vector<protocol::RankProcess> ranks;
+  };
   offload(
-      *work_, [ranks = std::move(ranks)] { return inspect_ranks(ranks); },
-      [this, key](const std::vector<protocol::RankProcess>& found) {
-        send(protocol::Inspection{key.first, key.second, found});
+      *work_,
+      [ranks = std::move(ranks), joining = std::move(joining), master_addr, master_port] {
+        Found found;
+        if (!joining.empty()) found.joined = joined_ranks(joining, master_addr, master_port);
+        found.ranks = inspect_ranks(ranks);
+        return found;
+      },
+      [this, key](const Found& found) {
+        // Check-ins first: the coordinator judges on the Inspection that follows.
+        for (int r : found.joined) {
+          auto job = jobs_.find(key);
+          if (job == jobs_.end()) break;
+          auto rank = job->second.ranks.find(r);
+          if (rank == job->second.ranks.end() || rank->second.joined) continue;
+          rank->second.joined = true;
+          send(protocol::RankJoined{key.first, key.second, r});
+        }
+        send(protocol::Inspection{key.first, key.second, found.ranks});
       });
 }
 

@@ -69,6 +69,8 @@ class Agent {
     std::string log;
     std::vector<int> gpus;
     CpuProgress progress = {};  // with launch.hang_timeout: whether it still uses CPU
+    std::string stalled_state = {};  // its state when it was reported stalled
+    int join_looks = 0;              // times its check-in was looked for
     std::set<std::string> warned = {};  // RankWarning texts sent
   };
   struct Job {

@@ -72,7 +72,7 @@ StackTools find_stack_tools(const std::string& path) {
 }
 
 std::string rank_stack_report(pid_t group, const StackTools& tools) {
-  auto members = processes_by_group({group}, tools.proc);
+  auto members = group_members({group}, tools.proc);
   auto it = members.find(group);
   if (group <= 0 || it == members.end()) return "no process of the rank is running on this node\n";
   auto procs = it->second;

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,6 +125,134 @@ void socket_inodes(pid_t pid, const std::string& proc, std::set<std::uint64_t>& 
   ::closedir(dir);
 }
 
+// The pids listed in /proc/PID/task/*/children (each thread's children); nullopt when
+// the kernel has no such files.
+std::optional<std::vector<pid_t>> children_of(pid_t pid, const std::string& proc) {
+  std::string task_dir = proc + "/" + std::to_string(pid) + "/task";
+  DIR* dir = ::opendir(task_dir.c_str());
+  if (dir == nullptr) return std::vector<pid_t>{};  // gone
+  std::vector<pid_t> out;
+  bool any = false;
+  while (dirent* e = ::readdir(dir)) {
+    if (!numeric(e->d_name)) continue;
+    std::string file = task_dir + "/" + e->d_name + "/children";
+    if (::access(file.c_str(), R_OK) != 0) continue;
+    any = true;
+    std::string text = read_small_file(file);
+    std::size_t at = 0;
+    while (at < text.size()) {
+      std::size_t end = text.find(' ', at);
+      if (end == std::string::npos) end = text.size();
+      pid_t child = 0;
+      auto [ptr, ec] = std::from_chars(text.data() + at, text.data() + end, child);
+      if (ec == std::errc() && child > 0) out.push_back(child);
+      at = end + 1;
+    }
+  }
+  ::closedir(dir);
+  if (!any) return std::nullopt;
+  return out;
+}
+
+// A socket of process `pid` (its descriptor `fd`), looked at directly: a duplicate taken
+// with pidfd_getfd, asked for its state and addresses, closed. Costs a few system calls
+// per socket, where reading /proc/net/tcp walks the kernel's whole connection table.
+struct SocketLook {
+  bool listening = false;
+  int local_port = 0;
+  std::string remote_addr;  // empty unless connected
+  int remote_port = 0;
+};
+enum class LookResult { Ok, NotTcp, Unsupported };
+
+LookResult look_at_socket(int pidfd, int fd, SocketLook& out) {
+#if defined(SYS_pidfd_getfd)
+  int dup = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  if (dup < 0) return errno == ENOSYS || errno == EPERM ? LookResult::Unsupported : LookResult::NotTcp;
+  LookResult result = LookResult::NotTcp;
+  int protocol = 0;
+  socklen_t len = sizeof(protocol);
+  if (::getsockopt(dup, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 && protocol == IPPROTO_TCP) {
+    result = LookResult::Ok;
+    int accepting = 0;
+    len = sizeof(accepting);
+    out.listening = ::getsockopt(dup, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting != 0;
+    auto port_and_address = [](const sockaddr_storage& ss, int& port, std::string* addr) {
+      char text[INET6_ADDRSTRLEN] = {};
+      if (ss.ss_family == AF_INET) {
+        const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+        port = ntohs(a->sin_port);
+        if (addr != nullptr) *addr = ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+      } else if (ss.ss_family == AF_INET6) {
+        const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+        port = ntohs(a->sin6_port);
+        if (addr != nullptr) *addr = ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+      }
+    };
+    sockaddr_storage ss{};
+    len = sizeof(ss);
+    if (::getsockname(dup, reinterpret_cast<sockaddr*>(&ss), &len) == 0) port_and_address(ss, out.local_port, nullptr);
+    ss = {};
+    len = sizeof(ss);
+    if (!out.listening && ::getpeername(dup, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      port_and_address(ss, out.remote_port, &out.remote_addr);
+    }
+  }
+  ::close(dup);
+  return result;
+#else
+  (void)pidfd;
+  (void)fd;
+  (void)out;
+  return LookResult::Unsupported;
+#endif
+}
+
+// Whether a socket of `pid` has checked in (see joined_ranks); nullopt when the sockets
+// cannot be looked at directly (no pidfd_getfd, or not allowed), so the tables must do.
+std::optional<bool> checked_in_directly(pid_t pid, int rank, const std::string& master, int master_port,
+                                        const std::string& proc) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+  if (proc != "/proc") return std::nullopt;  // a recorded tree has no processes behind it
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ESRCH ? std::optional<bool>(false) : std::nullopt;
+  std::string dir_path = proc + "/" + std::to_string(pid) + "/fd";
+  DIR* dir = ::opendir(dir_path.c_str());
+  std::optional<bool> in = false;
+  if (dir != nullptr) {
+    char target[64];
+    while (dirent* e = ::readdir(dir)) {
+      if (!numeric(e->d_name)) continue;
+      ssize_t n = ::readlinkat(::dirfd(dir), e->d_name, target, sizeof(target) - 1);
+      if (n <= 0 || std::string_view(target, static_cast<std::size_t>(n)).substr(0, 8) != "socket:[") continue;
+      SocketLook look;
+      auto r = look_at_socket(pidfd, std::atoi(e->d_name), look);
+      if (r == LookResult::Unsupported) {
+        in = std::nullopt;
+        break;
+      }
+      if (r != LookResult::Ok) continue;
+      bool match = rank == 0 ? look.listening && look.local_port == master_port
+                             : look.remote_port == master_port && canonical_address(look.remote_addr) == master;
+      if (match) {
+        in = true;
+        break;
+      }
+    }
+    ::closedir(dir);
+  }
+  ::close(pidfd);
+  return in;
+#else
+  (void)pid;
+  (void)rank;
+  (void)master;
+  (void)master_port;
+  (void)proc;
+  return std::nullopt;
+#endif
+}
+
 }  // namespace
 
 std::string describe_state(char state) {
@@ -192,6 +323,42 @@ std::optional<ProcStat> parse_proc_stat(pid_t pid, std::string_view text) {
   return s;
 }
 
+std::map<pid_t, std::vector<ProcStat>> group_members(const std::vector<pid_t>& groups, const std::string& proc) {
+  std::map<pid_t, std::vector<ProcStat>> out;
+  std::vector<pid_t> need_scan;
+  for (pid_t g : groups) {
+    if (g <= 0) continue;
+    // From the leader down: its descendants that are still in its group.
+    std::vector<pid_t> todo{g};
+    std::set<pid_t> seen;
+    std::vector<ProcStat> members;
+    bool walked = true;
+    while (!todo.empty() && seen.size() < 4096) {
+      pid_t pid = todo.back();
+      todo.pop_back();
+      if (!seen.insert(pid).second) continue;
+      auto stat = parse_proc_stat(pid, read_small_file(proc + "/" + std::to_string(pid) + "/stat"));
+      if (!stat) continue;  // gone
+      auto kids = children_of(pid, proc);
+      if (!kids) {
+        walked = false;
+        break;
+      }
+      todo.insert(todo.end(), kids->begin(), kids->end());
+      if (stat->pgrp == g) members.push_back(std::move(*stat));
+    }
+    if (!walked) {
+      need_scan.push_back(g);
+    } else if (!members.empty()) {
+      out[g] = std::move(members);
+    }
+  }
+  if (!need_scan.empty()) {
+    for (auto& [g, members] : processes_by_group(need_scan, proc)) out[g] = std::move(members);
+  }
+  return out;
+}
+
 std::map<pid_t, std::vector<ProcStat>> processes_by_group(const std::vector<pid_t>& groups, const std::string& proc) {
   std::map<pid_t, std::vector<ProcStat>> out;
   std::set<pid_t> wanted;
@@ -207,18 +374,30 @@ std::map<pid_t, std::vector<ProcStat>> processes_by_group(const std::vector<pid_
 }
 
 std::vector<int> joined_ranks(const std::vector<WatchedRank>& ranks, const std::string& master_addr, int master_port,
-                              const std::string& proc) {
+                              const std::string& proc, bool look_directly) {
   std::vector<int> joined;
   if (ranks.empty()) return joined;
   std::vector<pid_t> groups;
   for (const auto& r : ranks) groups.push_back(r.group);
-  auto members = processes_by_group(groups, proc);
+  auto members = group_members(groups, proc);
   const std::string master = canonical_address(master_addr);
   // The TCP tables of a network namespace, read once per namespace.
   std::map<std::string, std::vector<TcpSocket>> tables;
   for (const auto& r : ranks) {
     auto it = members.find(r.group);
     if (it == members.end()) continue;
+    // Directly where the kernel allows it; else from the namespace's TCP tables.
+    std::optional<bool> direct = false;
+    if (!look_directly) direct.reset();
+    for (const auto& p : it->second) {
+      if (!look_directly) break;
+      direct = checked_in_directly(p.pid, r.rank, master, master_port, proc);
+      if (!direct || *direct) break;
+    }
+    if (direct) {
+      if (*direct) joined.push_back(r.rank);
+      continue;
+    }
     std::set<std::uint64_t> inodes;
     for (const auto& p : it->second) socket_inodes(p.pid, proc, inodes);
     if (inodes.empty()) continue;
@@ -246,7 +425,7 @@ std::vector<int> joined_ranks(const std::vector<WatchedRank>& ranks, const std::
 std::vector<protocol::RankProcess> inspect_ranks(const std::vector<WatchedRank>& ranks, const std::string& proc) {
   std::vector<pid_t> groups;
   for (const auto& r : ranks) groups.push_back(r.group);
-  auto members = processes_by_group(groups, proc);
+  auto members = group_members(groups, proc);
   const long ticks = std::max(1L, ::sysconf(_SC_CLK_TCK));
   std::vector<protocol::RankProcess> out;
   for (const auto& r : ranks) {

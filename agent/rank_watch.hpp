@@ -55,6 +55,13 @@ std::string read_small_file(const std::string& path);
 std::map<pid_t, std::vector<ProcStat>> processes_by_group(const std::vector<pid_t>& groups,
                                                            const std::string& proc = "/proc");
 
+// The processes of each group that descend from its leader (whose pid is the group's
+// id), found by walking /proc/PID/task/*/children down from it: a few files per process
+// of the rank instead of every process of the node. Falls back to processes_by_group
+// where the kernel has no children files. A rank whose leader has exited has ended.
+std::map<pid_t, std::vector<ProcStat>> group_members(const std::vector<pid_t>& groups,
+                                                      const std::string& proc = "/proc");
+
 struct WatchedRank {
   int rank = 0;
   pid_t group = 0;  // the rank's process group (its leader's pid)
@@ -63,8 +70,11 @@ struct WatchedRank {
 // The ranks among `ranks` that have checked in: rank 0 has a socket listening on
 // `master_port`; any other rank a connection established to `master_addr`:`master_port`.
 // The sockets of every process in the rank's group count (a shell wrapper's child).
+// Each socket is looked at through a duplicate (pidfd_getfd: root, Linux 5.6+); where
+// that is refused, the sockets' inodes are found in the namespace's /proc/net/tcp{,6}.
+// `look_directly` false: the tables only (what happens where pidfd_getfd is refused).
 std::vector<int> joined_ranks(const std::vector<WatchedRank>& ranks, const std::string& master_addr, int master_port,
-                              const std::string& proc = "/proc");
+                              const std::string& proc = "/proc", bool look_directly = true);
 
 // What each rank is doing: whether any process of its group lives, and the busiest
 // one's state ("S (sleeping)"), wait channel and command; the group's CPU time.

@@ -185,6 +185,7 @@ class LocalCluster:
         if body is not None:
             data = json.dumps(body)
             headers["Content-Type"] = "application/json"
+        reused = getattr(self.local, "conn", None) is not None
         conn = self._conn()
         try:
             conn.request(method, path, body=data, headers=headers)
@@ -193,7 +194,10 @@ class LocalCluster:
         except (http.client.HTTPException, OSError):
             conn.close()
             self.local.conn = None
-            raise
+            if not reused:
+                raise
+            # The coordinator closes connections left idle: ask once more on a new one.
+            return self.call(method, path, body)
         return r.status, json.loads(text) if text else None
 
     def get(self, path):

@@ -2,13 +2,14 @@
 """bench/watch_cost: what watching its ranks costs the agent, per rank per second.
 
 One simulated 8-GPU agent on this machine runs an 8-rank job whose ranks sleep in Python
-(`time.sleep`); the agent's own CPU time (utime + stime of its process, all threads) is
-read from /proc over a window. Four kinds alternate, `--runs` of each:
+(`time.sleep`); the agent's own CPU time (the run time of all its threads, from
+/proc/PID/task/*/schedstat) is read over a window. Four kinds alternate, `--runs` of each:
 
   idle:     no job: the agent's baseline (heartbeats);
-  waiting:  the 8 ranks never check in: the agent reads their sockets every 200 ms
-            (the rendezvous watch), samples their CPU every second (launch.hang_timeout)
-            and compares the GPUs' processes with theirs every 5 s;
+  waiting:  the 8 ranks never check in, in their first 30 s: the agent looks at their
+            sockets every 200 ms (the rendezvous watch), samples their CPU every second
+            (launch.hang_timeout) and compares the GPUs' processes with theirs every 5 s;
+  late:     the same after 30 s, when the sockets are looked at once a second;
   joined:   the 8 ranks checked in (rank 0 listens on MASTER_PORT, the others are
             connected): only the progress samples and the GPU check are left;
   torchrun: the peer, Debian's torchrun --standalone --nproc_per_node 8 running the same
@@ -34,7 +35,6 @@ from localcluster import LocalCluster  # noqa: E402
 
 RANKS = 8
 PYTHON = "/usr/bin/python3"
-TICK = os.sysconf("SC_CLK_TCK")
 
 # A rank that checks in when asked (rank 0 listens on MASTER_PORT, the others connect),
 # then sleeps; or only sleeps.
@@ -57,9 +57,16 @@ time.sleep(600)
 
 
 def cpu_ms(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / TICK
+    """CPU time of every thread of `pid`, in ms, to the nanosecond (schedstat's run time;
+    utime and stime count 10 ms ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended: its time is lost, as it would be from utime
+    return total / 1e6
 
 
 def window_cpu(pid, seconds):
@@ -80,6 +87,7 @@ def wait_state(c, job, state, timeout=30):
 def corral_kind(c, agent_pid, script, kind, window):
     if kind == "idle":
         return window_cpu(agent_pid, window)
+    begun = time.monotonic()
     job = c.submit(f"name: watch\ncommand: [{PYTHON}, {script}, {'join' if kind == 'joined' else 'sleep'}]\n"
                    "resources: {nodes: 1, gpus_per_node: 8}\n"
                    "launch: {rendezvous_timeout: 0, hang_timeout: 10m}\ntime_limit: 10m\n")
@@ -91,16 +99,19 @@ def corral_kind(c, agent_pid, script, kind, window):
                 raise RuntimeError("the ranks did not check in")
             time.sleep(0.05)
     time.sleep(1)  # the start's work done
+    if kind == "late":
+        time.sleep(max(0.0, begun + 32 - time.monotonic()))
     try:
         return window_cpu(agent_pid, window)
     finally:
-        c.local.conn = None  # the coordinator closed the connection left idle meanwhile
         c.call("POST", f"/v1/jobs/{job}/cancel")
         c.get(f"/v1/jobs/{job}?wait=30")
 
 
 def torchrun_kind(script, window):
-    p = subprocess.Popen(["torchrun", "--standalone", f"--nproc_per_node={RANKS}", script, "sleep"],
+    # Debian 12's torchrun 1.13 needs the redirects spelled out to start on Python 3.11.
+    p = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={RANKS}",
+                          "--redirects", "9:0", "--tee", "9:0", script, "sleep"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         # Its workers started: RANKS children of the agent process.
@@ -129,7 +140,7 @@ def main():
     script = os.path.join(scratch, "rank.py")
     with open(script, "w") as f:
         f.write(SCRIPT)
-    kinds = ["idle", "waiting", "joined", "torchrun"]
+    kinds = ["idle", "waiting", "late", "joined", "torchrun"]
     got = {k: [] for k in kinds}
     with LocalCluster(args.build, agents=1, sim="a100x8.yaml") as c:
         agent_pid = c.procs[1].pid
@@ -154,6 +165,8 @@ def main():
         ratio = "" if kind == "idle" else f"{per_rank / peer:.2f}" if peer > 0 else "-"
         print(f"| {kind} | {m:.3f} | {per_rank:.4f} ms | {ratio} |" if kind != "idle"
               else f"| {kind} | {m:.3f} | - | - |")
+    print()
+    print("samples (ms/s): " + "; ".join(f"{k} " + ", ".join(f"{v:.3f}" for v in got[k]) for k in kinds))
 
 
 if __name__ == "__main__":

@@ -182,12 +182,19 @@ TEST(JoinedRanks, RankZeroListensTheOthersConnectAWrappersChildCounts) {
   });
   std::vector<WatchedRank> ranks{{0, rank0.pid()}, {1, rank1.pid()}, {2, rank2.pid()}, {3, rank3.pid()},
                                  {4, rank4.pid()}};
-  EXPECT_EQ(joined_ranks(ranks, "127.0.0.1", master), (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(joined_ranks(ranks, "::ffff:127.0.0.1", master), (std::vector<int>{0, 1, 2}))
-      << "the same address written v4-mapped";
-  EXPECT_EQ(joined_ranks(ranks, "10.0.0.11", master), (std::vector<int>{0})) << "connected, but to another address";
-  EXPECT_EQ(joined_ranks(ranks, "127.0.0.1", master + 1 == 65536 ? 1 : master + 1), (std::vector<int>{}));
-  EXPECT_EQ(joined_ranks({{1, 999999}}, "127.0.0.1", master), (std::vector<int>{})) << "no such group";
+  // Both ways: each socket looked at directly (pidfd_getfd), and from the TCP tables.
+  for (bool directly : {true, false}) {
+    SCOPED_TRACE(directly ? "pidfd_getfd" : "/proc/net/tcp");
+    EXPECT_EQ(joined_ranks(ranks, "127.0.0.1", master, "/proc", directly), (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(joined_ranks(ranks, "::ffff:127.0.0.1", master, "/proc", directly), (std::vector<int>{0, 1, 2}))
+        << "the same address written v4-mapped";
+    EXPECT_EQ(joined_ranks(ranks, "10.0.0.11", master, "/proc", directly), (std::vector<int>{0}))
+        << "connected, but to another address";
+    EXPECT_EQ(joined_ranks(ranks, "127.0.0.1", master + 1 == 65536 ? 1 : master + 1, "/proc", directly),
+              (std::vector<int>{}));
+    EXPECT_EQ(joined_ranks({{1, 999999}}, "127.0.0.1", master, "/proc", directly), (std::vector<int>{}))
+        << "no such group";
+  }
 }
 
 std::int64_t cpu_ms_now() {
