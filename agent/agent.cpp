@@ -1,5 +1,7 @@
 #include "agent/agent.hpp"
 
+#include <arpa/inet.h>
+
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -35,6 +37,8 @@ constexpr std::uint64_t kHangSampleEvery = 5;
 // A rank's check-in is looked for at every look for its first 30 s, then every 5th.
 constexpr int kEagerJoinLooks = 150;
 constexpr std::uint64_t kLateJoinEvery = 5;
+// corral stack requests a node queues before it answers "busy".
+constexpr int kMaxStackRequests = 4;
 // The processes on the GPUs (nvidia-smi) are compared with the ranks' every 25th: 5 s.
 constexpr std::uint64_t kGpuCheckEvery = 25;
 
@@ -52,6 +56,7 @@ Agent::Agent(net::EventLoop& loop, model::AgentConfig config, protocol::Hello no
   health_error_ = node_.health_error;
   launcher_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-launch");
   work_ = std::make_unique<net::BlockingWork>(loop_, 4, "agent-work");
+  stacks_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-stacks");
 }
 
 Agent::~Agent() { stop(); }
@@ -325,7 +330,11 @@ void Agent::on_launch(const protocol::Launch& m) {
   if (!job.ranks.empty() || job.launching || job.killing) return;  // a repeat after a reconnect
   job.launching = true;
   ++launches_in_flight_;
-  if (m.nccl_id.empty()) {
+  // Check-ins are matched by address: watched when MASTER_ADDR is one (the agent's
+  // advertise address), not for a host name.
+  in6_addr any{};
+  if (m.nccl_id.empty() && (::inet_pton(AF_INET, m.master_addr.c_str(), &any) == 1 ||
+                            ::inet_pton(AF_INET6, m.master_addr.c_str(), &any) == 1)) {
     job.master_addr = m.master_addr;
     job.master_port = m.master_port;
   }
@@ -648,7 +657,7 @@ void Agent::watch_ranks() {
   struct Seen {
     std::vector<std::pair<Key, int>> joined;
     std::vector<std::pair<Key, protocol::RankProcess>> sampled;
-    std::vector<std::pair<Key, std::pair<int, std::string>>> misuse;
+    std::vector<std::pair<Key, std::pair<int, GpuMisuse>>> misuse;
     CpuProgress::Clock::time_point at;
   };
   offload(
@@ -675,8 +684,8 @@ void Agent::watch_ranks() {
             for (const auto& p : members[r.group]) rank.processes[p.pid] = p.comm;
             ranks.push_back(std::move(rank));
           }
-          for (auto& [rank, text] : find_gpu_misuse(ranks, *apps, gpus)) {
-            seen.misuse.emplace_back(look.key, std::pair{rank, std::move(text)});
+          for (auto& [rank, misuse] : find_gpu_misuse(ranks, *apps, gpus)) {
+            seen.misuse.emplace_back(look.key, std::pair{rank, std::move(misuse)});
           }
         }
         seen.at = CpuProgress::Clock::now();
@@ -691,12 +700,7 @@ void Agent::watch_ranks() {
           if (rank == it->second.ranks.end() || rank->second.exited) return {nullptr, nullptr};
           return {&it->second, &rank->second};
         };
-        for (const auto& [key, r] : seen.joined) {
-          auto [job, rank] = find(key, r);
-          if (rank == nullptr || rank->joined) continue;
-          rank->joined = true;
-          send(protocol::RankJoined{key.first, key.second, r});
-        }
+        for (const auto& [key, r] : seen.joined) mark_joined(key, r);
         for (const auto& [key, p] : seen.sampled) {
           auto [job, rank] = find(key, p.rank);
           if (rank == nullptr || !p.alive) continue;
@@ -706,34 +710,52 @@ void Agent::watch_ranks() {
           rank->stalled_state = p.state;
           send(protocol::RankStall{key.first, key.second, p.rank, stalled, rank->progress.idle(seen.at).count(), p.state});
         }
-        for (const auto& [key, warning] : seen.misuse) {
-          auto [job, rank] = find(key, warning.first);
-          if (rank == nullptr || !rank->warned.insert(warning.second).second) continue;
-          spdlog::warn("job {} rank {}: {}", key.first, warning.first, warning.second);
-          send(protocol::RankWarning{key.first, key.second, warning.first, warning.second});
+        for (const auto& [key, misuse] : seen.misuse) {
+          auto [job, rank] = find(key, misuse.first);
+          // Once per rank and GPU: a program that starts new processes keeps its warning.
+          if (rank == nullptr || !rank->warned.insert("gpu " + std::to_string(misuse.second.gpu)).second) continue;
+          spdlog::warn("job {} rank {}: {}", key.first, misuse.first, misuse.second.text);
+          send(protocol::RankWarning{key.first, key.second, misuse.first, misuse.second.text});
         }
       });
 }
 
-void Agent::on_inspect(const protocol::Inspect& m) {
-  Key key{m.job, m.attempt};
-  std::vector<WatchedRank> ranks;
-  std::vector<WatchedRank> joining;  // looked for once more: the watch may be a second behind
-  std::string master_addr;
-  int master_port = 0;
+std::vector<WatchedRank> Agent::watched(const Key& key, const std::vector<int>& ranks) const {
+  std::vector<WatchedRank> out;
   auto it = jobs_.find(key);
-  for (int r : m.ranks) {
+  for (int r : ranks) {
     pid_t group = 0;
     if (it != jobs_.end()) {
       auto rank = it->second.ranks.find(r);
-      if (rank != it->second.ranks.end() && !rank->second.exited) {
-        group = rank->second.pid;
-        if (!rank->second.joined && !it->second.master_addr.empty()) joining.push_back({r, group});
-      }
-      master_addr = it->second.master_addr;
-      master_port = it->second.master_port;
+      if (rank != it->second.ranks.end() && !rank->second.exited) group = rank->second.pid;
     }
-    ranks.push_back({r, group});
+    out.push_back({r, group});
+  }
+  return out;
+}
+
+void Agent::mark_joined(const Key& key, int r) {
+  auto job = jobs_.find(key);
+  if (job == jobs_.end()) return;
+  auto rank = job->second.ranks.find(r);
+  if (rank == job->second.ranks.end() || rank->second.exited || rank->second.joined) return;
+  rank->second.joined = true;
+  send(protocol::RankJoined{key.first, key.second, r});
+}
+
+void Agent::on_inspect(const protocol::Inspect& m) {
+  Key key{m.job, m.attempt};
+  std::vector<WatchedRank> ranks = watched(key, m.ranks);
+  // Looked for once more: the watch may be a second behind.
+  std::vector<WatchedRank> joining;
+  std::string master_addr;
+  int master_port = 0;
+  if (auto it = jobs_.find(key); it != jobs_.end() && !it->second.master_addr.empty()) {
+    master_addr = it->second.master_addr;
+    master_port = it->second.master_port;
+    for (const auto& r : ranks) {
+      if (r.group != 0 && !it->second.ranks.at(r.rank).joined) joining.push_back(r);
+    }
   }
   struct Found {
     std::vector<int> joined;
@@ -749,48 +771,49 @@ void Agent::on_inspect(const protocol::Inspect& m) {
       },
       [this, key](const Found& found) {
         // Check-ins first: the coordinator judges on the Inspection that follows.
-        for (int r : found.joined) {
-          auto job = jobs_.find(key);
-          if (job == jobs_.end()) break;
-          auto rank = job->second.ranks.find(r);
-          if (rank == job->second.ranks.end() || rank->second.joined) continue;
-          rank->second.joined = true;
-          send(protocol::RankJoined{key.first, key.second, r});
-        }
+        for (int r : found.joined) mark_joined(key, r);
         send(protocol::Inspection{key.first, key.second, found.ranks});
       });
 }
 
 void Agent::on_stack_request(const protocol::StackRequest& m) {
-  std::vector<WatchedRank> ranks;
-  auto it = jobs_.find({m.job, m.attempt});
-  for (int r : m.ranks) {
-    pid_t group = 0;
-    if (it != jobs_.end()) {
-      auto rank = it->second.ranks.find(r);
-      if (rank != it->second.ranks.end() && !rank->second.exited) group = rank->second.pid;
+  std::vector<WatchedRank> ranks = watched({m.job, m.attempt}, m.ranks);
+  if (stacks_waiting_ >= kMaxStackRequests) {
+    protocol::Stacks busy{m.request, {}};
+    for (const auto& r : ranks) {
+      busy.ranks.push_back({r.rank, "this node is still gathering " + std::to_string(stacks_waiting_) +
+                                        " earlier stack requests: ask again later\n"});
     }
-    ranks.push_back({r, group});
+    send(busy);
+    return;
   }
+  ++stacks_waiting_;
   const char* path = std::getenv("PATH");
   StackTools tools = find_stack_tools(path != nullptr ? path : "/usr/bin:/bin");
   offload(
-      *work_,
+      *stacks_,
       [ranks = std::move(ranks), tools, request = m.request] {
-        // Within one message (8 MiB): each rank's report cut to its share.
-        const std::size_t share = std::min<std::size_t>(1 << 20, (7u << 20) / std::max<std::size_t>(1, ranks.size()));
+        // Within one message (8 MiB), each rank's report within its share.
+        const std::size_t share =
+            std::min<std::size_t>(protocol::kMaxStackReportBytes, (7u << 20) / std::max<std::size_t>(1, ranks.size()));
         protocol::Stacks out{request, {}};
         for (const auto& r : ranks) {
           std::string report = rank_stack_report(r.group, tools);
-          if (report.size() > share) {
-            report.resize(share);
-            report += "\n[cut at " + std::to_string(share) + " bytes]\n";
+          // encode() replaces bytes that are not UTF-8 (up to 3 bytes for 1): cut at a
+          // third of the share so the replaced text still fits.
+          const std::size_t cut = share / 3 - 64;
+          if (report.size() > cut) {
+            report.resize(cut);
+            report += "\n[cut at " + std::to_string(cut) + " bytes]\n";
           }
-          out.ranks.push_back({r.rank, std::move(report)});  // encode() replaces bytes that are not UTF-8
+          out.ranks.push_back({r.rank, std::move(report)});
         }
         return out;
       },
-      [this](const protocol::Stacks& stacks) { send(stacks); });
+      [this](const protocol::Stacks& stacks) {
+        --stacks_waiting_;
+        send(stacks);
+      });
 }
 
 void Agent::run_preflight() {

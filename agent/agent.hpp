@@ -109,6 +109,10 @@ class Agent {
   void on_ack(const protocol::Ack& m);
   void on_inspect(const protocol::Inspect& m);
   void on_stack_request(const protocol::StackRequest& m);
+  // The ranks asked for, each with its process group (0 when not running here).
+  std::vector<WatchedRank> watched(const Key& key, const std::vector<int>& ranks) const;
+  // Records that the rank checked in and reports it, once.
+  void mark_joined(const Key& key, int rank);
 
   // Runs `work` on a BlockingWork thread and `done` on the loop, after reaping what
   // exited meanwhile (a command's exit may have held back the reaping of others).
@@ -167,6 +171,9 @@ class Agent {
   // sweeps of /proc and waits. Declared last: destroyed first, so no result arrives late.
   std::unique_ptr<net::BlockingWork> launcher_;
   std::unique_ptr<net::BlockingWork> work_;
+  // corral stack's gdb and py-spy runs, one at a time, apart from the watch and the kills.
+  std::unique_ptr<net::BlockingWork> stacks_;
+  int stacks_waiting_ = 0;
 };
 
 }  // namespace corral::agent

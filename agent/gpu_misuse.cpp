@@ -20,7 +20,7 @@ std::string list_ints(const std::vector<int>& items) {
 
 }  // namespace
 
-std::map<int, std::string> find_gpu_misuse(const std::vector<RankOnGpus>& ranks, const std::vector<ComputeApp>& apps,
+std::map<int, GpuMisuse> find_gpu_misuse(const std::vector<RankOnGpus>& ranks, const std::vector<ComputeApp>& apps,
                                            const std::vector<model::Gpu>& node_gpus) {
   std::map<std::string, int> index_of;  // uuid -> index
   for (const auto& g : node_gpus) index_of[g.uuid] = g.index;
@@ -46,7 +46,7 @@ std::map<int, std::string> find_gpu_misuse(const std::vector<RankOnGpus>& ranks,
     bool own = std::find(rank.gpus.begin(), rank.gpus.end(), g->second) != rank.gpus.end();
     if (!own && !foreign.contains(rank.rank)) foreign[rank.rank] = {*app.pid, g->second, app.gpu_uuid};
   }
-  std::map<int, std::string> out;
+  std::map<int, GpuMisuse> out;
   for (const auto& [rank_id, f] : foreign) {
     const RankOnGpus& rank = *std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.rank == rank_id; });
     std::string text = "pid " + std::to_string(f.pid) + " (" + rank.processes.at(f.pid) + ") holds memory on GPU " +
@@ -57,7 +57,7 @@ std::map<int, std::string> find_gpu_misuse(const std::vector<RankOnGpus>& ranks,
       text += "; ranks " + list_ints(std::vector<int>(on_it.begin(), on_it.end())) + " all use GPU " +
               std::to_string(f.gpu) + ": does the program call torch.cuda.set_device(LOCAL_RANK)?";
     }
-    out[rank_id] = std::move(text);
+    out[rank_id] = {f.gpu, std::move(text)};
   }
   return out;
 }

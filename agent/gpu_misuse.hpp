@@ -21,11 +21,16 @@ struct RankOnGpus {
   std::vector<int> gpus;                   // its own GPUs, by index
 };
 
-// For each rank that misuses a GPU, the warning to give, e.g. "pid 812 (python3) holds
+struct GpuMisuse {
+  int gpu = 0;  // the GPU (index) it uses that is not its own
+  std::string text;
+};
+
+// For each rank that misuses a GPU, the GPU and the warning to give, e.g. "pid 812 (python3) holds
 // memory on GPU 0 (GPU-8b8c...), which is not its own (its GPU: 1); ranks 0, 1, 2 and 3
 // all use GPU 0: does the program call torch.cuda.set_device(LOCAL_RANK)?". Stable for
 // the same misuse (no memory amounts), so a warning is given once.
-std::map<int, std::string> find_gpu_misuse(const std::vector<RankOnGpus>& ranks, const std::vector<ComputeApp>& apps,
+std::map<int, GpuMisuse> find_gpu_misuse(const std::vector<RankOnGpus>& ranks, const std::vector<ComputeApp>& apps,
                                            const std::vector<model::Gpu>& node_gpus);
 
 }  // namespace corral::agent

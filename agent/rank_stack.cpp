@@ -1,6 +1,7 @@
 #include "agent/rank_stack.hpp"
 
 #include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +118,9 @@ std::string rank_stack_report(pid_t group, const StackTools& tools) {
         out += "  Python stacks: py-spy is not on the agent's PATH\n";
       }
     }
+    // A tool killed at its timeout may leave the stop it attached with pending: the
+    // process goes on, unless it was stopped before we looked.
+    if ((!tools.gdb.empty() || !tools.py_spy.empty()) && p.state != 'T' && p.state != 't') ::kill(p.pid, SIGCONT);
   }
   return out;
 }

@@ -74,6 +74,16 @@ std::string canonical_address(const std::string& text) {
   return text;
 }
 
+// Control characters (a process may name itself anything) become '?': these names
+// reach logs and terminals.
+std::string printable(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return out;
+}
+
 std::vector<std::string_view> words(std::string_view line) {
   std::vector<std::string_view> out;
   std::size_t i = 0;
@@ -268,7 +278,7 @@ std::string describe_state(char state) {
 
 std::string read_wchan(const std::string& dir) {
   std::string wchan = read_small_file(dir + "/wchan");
-  return wchan == "0" ? std::string() : wchan.substr(0, 128);
+  return wchan == "0" ? std::string() : printable(std::string_view(wchan).substr(0, 128));
 }
 
 std::string read_small_file(const std::string& path) {
@@ -307,7 +317,7 @@ std::optional<ProcStat> parse_proc_stat(pid_t pid, std::string_view text) {
   if (open == std::string_view::npos || close == std::string_view::npos || close < open) return std::nullopt;
   ProcStat s;
   s.pid = pid;
-  s.comm = std::string(text.substr(open + 1, close - open - 1));
+  s.comm = printable(text.substr(open + 1, close - open - 1));
   auto rest = words(text.substr(close + 1));
   // rest[0] state, [1] ppid, [2] pgrp, ... [11] utime, [12] stime
   if (rest.size() < 13 || rest[0].size() != 1) return std::nullopt;

@@ -1,5 +1,7 @@
 #include "common/protocol/codec.hpp"
 
+#include <algorithm>
+
 #include "common/core/hex.hpp"
 
 #include "common/core/overloaded.hpp"
@@ -15,7 +17,6 @@ constexpr int kMaxAttempt = 1000;
 constexpr int kMaxRank = 1 << 20;
 // A year, in ms: longer than any deadline a spec allows (365d).
 constexpr std::int64_t kMaxTimeoutMs = std::int64_t{366} * 24 * 3600 * 1000;
-constexpr std::size_t kMaxStackReportBytes = 1 << 20;
 constexpr std::size_t kMaxEnv = 2048;  // a spec's env (256) and an exported environment (1024)
 constexpr std::size_t kMaxValue = 64 * 1024;
 
@@ -448,6 +449,16 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
 }
 
 }  // namespace
+
+bool counts_as_report(std::string_view text) {
+  // As is_report: every type but these. A message that is not even JSON was sent as one.
+  static constexpr std::string_view kNotReports[] = {"hello", "heartbeat", "log_data", "synced", "inspection",
+                                                     "stacks"};
+  auto j = parse_json(text, kMaxMessageBytes);
+  if (!j || !j->is_object() || !j->contains("type") || !(*j)["type"].is_string()) return true;
+  const auto& type = (*j)["type"].get_ref<const std::string&>();
+  return std::find(std::begin(kNotReports), std::end(kNotReports), type) == std::end(kNotReports);
+}
 
 Result<AgentMessage> decode_agent_message(std::string_view text) {
   auto j = parse_json(text, kMaxMessageBytes);

@@ -18,6 +18,9 @@ Result<AgentMessage> decode_agent_message(std::string_view text);
 Result<CoordinatorMessage> decode_coordinator_message(std::string_view text);
 
 std::string_view type_name(const AgentMessage& message);
+// Whether an agent message that did not decode is one the agent counts as a report
+// (is_report), going by its "type"; true when even that cannot be read.
+bool counts_as_report(std::string_view text);
 std::string_view type_name(const CoordinatorMessage& message);
 
 }  // namespace corral::protocol

@@ -170,6 +170,9 @@ struct RankWarning {
   bool operator==(const RankWarning&) const = default;
 };
 
+// The most a rank's stack report may hold.
+inline constexpr std::size_t kMaxStackReportBytes = std::size_t{1} << 20;
+
 // One rank's stack report: /proc state of each of its processes and threads, native
 // stacks (gdb) and Python stacks (py-spy) where those are installed.
 struct RankStack {

@@ -257,6 +257,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       rec.reason = change.from == JobState::Ending ? "Requeued: " + rec.reason : std::string("PortBusy");
       break;
     case JobState::Running:
+      check_hang(*job);  // stalls reported while it was starting
       break;
     case JobState::Ending:
       // The outcome and its cause are decided now; the end is recorded once every rank is
@@ -429,8 +430,13 @@ void Ledger::tick(TimePoint now) {
       if (l != nullptr && l->connected && l->synced) resume_launch(job, na.node);
     }
   }
-  for (auto& [id, job] : jobs_) {
-    if (job.record.state == JobState::Starting || job.record.state == JobState::Running) check_rendezvous(job);
+  // Judging may end a job (and erase it from jobs_): the ids first.
+  std::vector<model::JobId> watched;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state == JobState::Starting || job.record.state == JobState::Running) watched.push_back(id);
+  }
+  for (model::JobId id : watched) {
+    if (Job* job = live(id)) check_rendezvous(*job);
   }
   // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
   for (auto& [name, link] : links_) {
@@ -831,14 +837,18 @@ void Ledger::check_rendezvous(Job& job) {
                          "MASTER_ADDR/MASTER_PORT; the rendezvous deadline is not applied");
     return;
   }
+  // A node whose agent is away may hold check-ins in its outbox: judged once it is back
+  // (a node that stays away is lost, and its job with it, at node_timeout).
+  for (const auto& [node, ranks] : missing) {
+    const Link* l = link(node);
+    if (l == nullptr || !l->connected || !l->synced) return;
+  }
   rv.phase = Phase::Inspecting;
-  rv.answers_by = now_ + std::chrono::seconds(1);
+  rv.answers_by = now_ + kInspectAnswerTime;
   for (auto& [node, ranks] : missing) {
-    if (!connected(node)) continue;  // named as not answering
     rv.asked.insert(node);
     send(node, protocol::Inspect{rec.id, rec.attempt, ranks});
   }
-  if (rv.asked.empty()) end_rendezvous(job);
 }
 
 void Ledger::on_inspection(const std::string& node, const protocol::Inspection& m) {
@@ -909,7 +919,8 @@ void Ledger::end_rendezvous(Job& job) {
 void Ledger::on_rank_stall(const std::string& node, const protocol::RankStall& m) {
   Job* job = live(m.job);
   store::RankRecord* rank = own_rank(job, node, m.attempt, m.rank);
-  if (rank == nullptr || model::rank_ended(rank->state) || job->record.state != JobState::Running) return;
+  if (rank == nullptr || model::rank_ended(rank->state)) return;
+  if (job->record.state != JobState::Starting && job->record.state != JobState::Running) return;
   auto& hang = job->hang;
   if (!m.stalled) {
     if (hang.stalled.erase(m.rank) > 0 && hang.reported) {
@@ -919,10 +930,15 @@ void Ledger::on_rank_stall(const std::string& node, const protocol::RankStall& m
     return;
   }
   hang.stalled[m.rank] = {now_ - Duration(m.idle_ms), m.state};
-  if (hang.reported) return;
+  check_hang(*job);
+}
+
+void Ledger::check_hang(Job& job) {
+  auto& hang = job.hang;
+  if (hang.reported || job.record.state != JobState::Running || job.spec.hang_timeout.count() <= 0) return;
   // A hang: every rank still running has stopped.
   std::vector<const store::RankRecord*> ranks;
-  for (const auto& r : job->record.ranks) {
+  for (const auto& r : job.record.ranks) {
     if (model::rank_ended(r.state)) continue;
     if (!hang.stalled.contains(r.rank)) return;
     ranks.push_back(&r);
@@ -942,20 +958,22 @@ void Ledger::on_rank_stall(const std::string& node, const protocol::RankStall& m
   };
   std::vector<std::string> firsts;
   std::vector<std::string> later;
+  std::vector<int> first_ranks;
   for (const auto* r : ranks) {
     if (hang.stalled.at(r->rank).since - first <= std::chrono::seconds(1)) {
       firsts.push_back(describe(*r));
-      rank_warning(*job, r->rank, "stopped first in the hang found at " + format_time(now_));
+      first_ranks.push_back(r->rank);
     } else {
       later.push_back(describe(*r));
     }
   }
-  std::string text = "hang: no rank has used CPU for " + format_duration(job->spec.hang_timeout) +
+  for (int r : first_ranks) rank_warning(job, r, "stopped first in the hang found at " + format_time(now_));
+  std::string text = "hang: no rank has used CPU for " + format_duration(job.spec.hang_timeout) +
                      " (launch.hang_timeout); stopped first: " + join(firsts, ", ");
   if (!later.empty()) text += "; then " + join(later, ", ");
-  text += "; corral stack " + std::to_string(job->record.id) + " shows where each rank is";
-  spdlog::warn("job {}: {}", job->record.id, text);
-  persist_job(*job, std::move(text));
+  text += "; corral stack " + std::to_string(job.record.id) + " shows where each rank is";
+  spdlog::warn("job {}: {}", job.record.id, text);
+  persist_job(job, std::move(text));
 }
 
 bool Ledger::rank_warning(Job& job, int rank, std::string warning) {
@@ -1015,7 +1033,9 @@ void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited&
   if (all_ok) {
     auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now);
     if (r) apply(*r);
+    return;
   }
+  check_hang(*job);  // the one still moving may have been this one
 }
 
 void Ledger::remember_ended(Job job) {
@@ -1087,6 +1107,11 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
       continue;
     }
     Job job{record, *spec, {}, {}, false, {}, {}};
+    // A deadline that passed before this process started was judged by the one before
+    // (or would be judged now on a partial view): not again.
+    if (record.started_at && now >= *record.started_at + spec->rendezvous_timeout) {
+      job.rendezvous.phase = Job::Rendezvous::Phase::Done;
+    }
     Result<void> ok;
     if (record.state == JobState::Pending) {
       ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);

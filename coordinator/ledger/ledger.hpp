@@ -179,6 +179,10 @@ class Ledger {
   void on_rank_joined(const std::string& node, const protocol::RankJoined& m);
   void on_inspection(const std::string& node, const protocol::Inspection& m);
   void on_rank_stall(const std::string& node, const protocol::RankStall& m);
+  // Reports a hang (once) when every running rank of the job is stalled.
+  void check_hang(Job& job);
+  // How long the agents have to say what their missing ranks do.
+  static constexpr Duration kInspectAnswerTime = std::chrono::seconds(2);
   // Adds a warning to the rank's record (shown by corral show), once; the caller persists.
   static constexpr std::size_t kMaxRankWarnings = 8;
   // False when the rank has it already.

@@ -174,7 +174,9 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
     spdlog::warn("bad message from agent {}: {}", node, decoded.error().message());
     // Nothing changes and the link stays up; the agent counted it as a report, so does
     // the acknowledgement (else every later Ack would fall one short).
-    if (auto it = conns_.find(node); it != conns_.end() && it->second == conn) ++received_[node];
+    if (auto it = conns_.find(node); it != conns_.end() && it->second == conn && protocol::counts_as_report(text)) {
+      ++received_[node];
+    }
     return;
   }
   if (auto* hello = std::get_if<protocol::Hello>(&*decoded)) {

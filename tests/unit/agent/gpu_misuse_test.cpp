@@ -45,7 +45,8 @@ TEST(GpuMisuse, EveryRankOnGpuZeroNamesTheMissingSetDevice) {
   auto found = find_gpu_misuse(four_ranks(), *apps, dgx_a100_gpus());
   ASSERT_EQ(found.size(), 3u);
   EXPECT_FALSE(found.contains(0)) << "GPU 0 is rank 0's own";
-  EXPECT_EQ(found.at(2),
+  EXPECT_EQ(found.at(2).gpu, 0);
+  EXPECT_EQ(found.at(2).text,
             "pid 731206 (python3) holds memory on GPU 0 (GPU-8b8c764d-1c0a-cb3d-ea13-519a60a077bb), which is not "
             "its own (its GPU: 2); ranks 0, 1, 2 and 3 all use GPU 0: does the program call "
             "torch.cuda.set_device(LOCAL_RANK)?");
@@ -63,7 +64,8 @@ TEST(GpuMisuse, OneRankOnAnotherJobsGpuAndProcessesThatAreNoRanksOrUnnamed) {
   ranks[1].gpus = {1, 2};
   auto found = find_gpu_misuse(ranks, apps, dgx_a100_gpus());
   ASSERT_EQ(found.size(), 1u);
-  EXPECT_EQ(found.at(1),
+  EXPECT_EQ(found.at(1).gpu, 3);
+  EXPECT_EQ(found.at(1).text,
             "pid 731205 (python3) holds memory on GPU 3 (GPU-dcb6de07-03b4-ab7e-d013-e50181d960e9), which is not "
             "its own (its GPUs: 1 and 2)");
 }

@@ -74,6 +74,8 @@ TEST(ParseProcStat, ACommandWithSpacesAndParenthesesEndsAtTheLastOne) {
   EXPECT_EQ(s->state, 'S');
   EXPECT_EQ(s->pgrp, 812);
   EXPECT_EQ(s->cpu_ticks, 12u);
+  EXPECT_EQ(parse_proc_stat(9, "9 (a\x1b]0;x\x07) S 1 9 9 0 -1 0 0 0 0 0 1 1 0 0")->comm, "a?]0;x?")
+      << "control characters in a command name are not passed on";
   EXPECT_FALSE(parse_proc_stat(1, "1 (init) S 0"));
   EXPECT_FALSE(parse_proc_stat(1, ""));
 }

@@ -121,6 +121,14 @@ TEST(Codec, RejectionsNameTheField) {
   EXPECT_EQ(bad_launch.error().message(), "launch: command: must not be empty");
 }
 
+TEST(Codec, AMessageThatDoesNotDecodeCountsAsAReportUnlessItsTypeIsNone) {
+  EXPECT_TRUE(counts_as_report(R"({"type":"rank_started","job":"x"})"));
+  EXPECT_TRUE(counts_as_report("not json"));
+  EXPECT_FALSE(counts_as_report(R"({"type":"stacks","request":1,"ranks":[{"rank":0,"report":7}]})"));
+  EXPECT_FALSE(counts_as_report(R"({"type":"log_data"})"));
+  EXPECT_FALSE(counts_as_report(R"({"type":"inspection","job":0})"));
+}
+
 TEST(Codec, RefusesDeepNestingAndOversizedMessages) {
   std::string deep(100, '[');
   deep += std::string(100, ']');
