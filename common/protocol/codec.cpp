@@ -169,6 +169,30 @@ std::string encode(const CoordinatorMessage& message) {
 
 namespace {
 
+// job, attempt and rank: what every report about one rank starts with.
+template <class M>
+void read_rank_key(JsonReader& r, M& m) {
+  m.job = r.i64("job", 1, kMaxJobId);
+  m.attempt = r.i32("attempt", 0, kMaxAttempt);
+  m.rank = r.i32("rank", 0, kMaxRank);
+}
+
+// A list of objects under `key`, each read by `item`; problems named by index.
+template <class T, class Item>
+std::vector<T> read_list(JsonReader& r, const char* key, std::size_t max_items, Item item) {
+  std::vector<T> out;
+  if (const Json* a = r.array(key, max_items)) {
+    for (std::size_t i = 0; i < a->size() && r.ok(); ++i) {
+      JsonReader e((*a)[i], r.item_path(key, i));
+      T t;
+      item(e, t);
+      r.absorb(e);
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
 std::vector<RunningRank> running_from_json(JsonReader& r) {
   std::vector<RunningRank> out;
   const Json* a = r.array("running", 1 << 16);
@@ -226,60 +250,42 @@ Result<AgentMessage> decode_agent(const Json& j) {
     out = Synced{};
   } else if (type == "rank_joined") {
     RankJoined m;
-    m.job = r.i64("job", 1, kMaxJobId);
-    m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    m.rank = r.i32("rank", 0, kMaxRank);
+    read_rank_key(r, m);
     out = m;
   } else if (type == "inspection") {
     Inspection m;
     m.job = r.i64("job", 1, kMaxJobId);
     m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    if (const Json* a = r.array("ranks", 4096)) {
-      for (std::size_t i = 0; i < a->size() && r.ok(); ++i) {
-        JsonReader e((*a)[i], r.item_path("ranks", i));
-        RankProcess k;
-        k.rank = e.i32("rank", 0, kMaxRank);
-        k.alive = e.boolean("alive");
-        k.pid = e.i32("pid", 0, 1 << 30);
-        k.command = e.str("command", 64, "");
-        k.state = e.str("state", 64, "");
-        k.wchan = e.str("wchan", 128, "");
-        k.cpu_ms = e.i64("cpu_ms", 0, std::int64_t{1} << 50);
-        k.processes = e.i32("processes", 0, 1 << 22);
-        r.absorb(e);
-        m.ranks.push_back(std::move(k));
-      }
-    }
+    m.ranks = read_list<RankProcess>(r, "ranks", 4096, [](JsonReader& e, RankProcess& k) {
+      k.rank = e.i32("rank", 0, kMaxRank);
+      k.alive = e.boolean("alive");
+      k.pid = e.i32("pid", 0, 1 << 30);
+      k.command = e.str("command", 64, "");
+      k.state = e.str("state", 64, "");
+      k.wchan = e.str("wchan", 128, "");
+      k.cpu_ms = e.i64("cpu_ms", 0, std::int64_t{1} << 50);
+      k.processes = e.i32("processes", 0, 1 << 22);
+    });
     out = std::move(m);
   } else if (type == "rank_stall") {
     RankStall m;
-    m.job = r.i64("job", 1, kMaxJobId);
-    m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    m.rank = r.i32("rank", 0, kMaxRank);
+    read_rank_key(r, m);
     m.stalled = r.boolean("stalled");
     m.idle_ms = r.i64("idle_ms", 0, kMaxTimeoutMs);
     m.state = r.str("state", 64, "");
     out = std::move(m);
   } else if (type == "rank_warning") {
     RankWarning m;
-    m.job = r.i64("job", 1, kMaxJobId);
-    m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    m.rank = r.i32("rank", 0, kMaxRank);
+    read_rank_key(r, m);
     m.warning = r.str("warning", 1024);
     out = std::move(m);
   } else if (type == "stacks") {
     Stacks m;
     m.request = r.u64("request");
-    if (const Json* a = r.array("ranks", 4096)) {
-      for (std::size_t i = 0; i < a->size() && r.ok(); ++i) {
-        JsonReader e((*a)[i], r.item_path("ranks", i));
-        RankStack k;
-        k.rank = e.i32("rank", 0, kMaxRank);
-        k.report = e.str("report", kMaxStackReportBytes);
-        r.absorb(e);
-        m.ranks.push_back(std::move(k));
-      }
-    }
+    m.ranks = read_list<RankStack>(r, "ranks", 4096, [](JsonReader& e, RankStack& k) {
+      k.rank = e.i32("rank", 0, kMaxRank);
+      k.report = e.str("report", kMaxStackReportBytes);
+    });
     out = std::move(m);
   } else if (type == "attempt_gone") {
     AttemptGone m;
@@ -303,16 +309,12 @@ Result<AgentMessage> decode_agent(const Json& j) {
     out = std::move(m);
   } else if (type == "rank_started") {
     RankStarted m;
-    m.job = r.i64("job", 1, kMaxJobId);
-    m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    m.rank = r.i32("rank", 0, kMaxRank);
+    read_rank_key(r, m);
     m.pid = r.i32("pid", 1, 1 << 30);
     out = m;
   } else if (type == "rank_exited") {
     RankExited m;
-    m.job = r.i64("job", 1, kMaxJobId);
-    m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    m.rank = r.i32("rank", 0, kMaxRank);
+    read_rank_key(r, m);
     m.exit_code = r.i32("exit_code", -1, 255);
     m.signal = r.i32("signal", 0, 128);
     m.reason = r.str("reason", 4096, "");
@@ -420,9 +422,7 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
   } else if (type == "log_request") {
     LogRequest m;
     m.request = r.u64("request");
-    m.job = r.i64("job", 1, kMaxJobId);
-    m.attempt = r.i32("attempt", 0, kMaxAttempt);
-    m.rank = r.i32("rank", 0, kMaxRank);
+    read_rank_key(r, m);
     m.offset = r.u64("offset");
     m.max_bytes = r.u64("max_bytes");
     out = m;
