@@ -205,12 +205,16 @@ std::string format_job(const JobInfo& job, TimePoint now) {
     }
     if (!waiting.empty()) fields.emplace_back("Waiting for", "ranks " + join(waiting, ", ") + " to be confirmed gone");
   }
-  if (job.rendezvous && job.rendezvous->ranks > 0) {
+  // A job that ended before any look saw a rank check in (one that takes milliseconds)
+  // has nothing to say about its rendezvous.
+  const bool live = job.state == "STARTING" || job.state == "RUNNING";
+  const bool rendezvous_shown = job.rendezvous && job.rendezvous->ranks > 0 && (live || job.rendezvous->joined > 0);
+  if (rendezvous_shown) {
     const auto& rv = *job.rendezvous;
     if (rv.complete_after_ms) {
       fields.emplace_back("Rendezvous", "complete after " + std::to_string(*rv.complete_after_ms) + " ms (all " +
                                             std::to_string(rv.ranks) + " ranks checked in)");
-    } else if (!rv.waiting_for.empty() && (job.state == "STARTING" || job.state == "RUNNING")) {
+    } else if (!rv.waiting_for.empty() && live) {
       std::vector<std::string> waiting;
       for (const auto& [rank, node] : rv.waiting_for) waiting.push_back(std::to_string(rank) + " (" + clean(node) + ")");
       fields.emplace_back("Rendezvous", "waiting for ranks " + join(waiting, ", ") + ", " + std::to_string(rv.joined) +
@@ -235,7 +239,7 @@ std::string format_job(const JobInfo& job, TimePoint now) {
     out += "Ranks: none started\n";
   } else {
     // JOINED (when a rank checked in, after the job's start) only where the rendezvous is watched.
-    const bool watched = job.rendezvous && job.rendezvous->ranks > 0;
+    const bool watched = rendezvous_shown;
     std::vector<std::string> header{"RANK", "NODE", "LOCAL", "GPUS", "UUIDS", "PID", "STATE", "EXIT"};
     if (watched) header.emplace_back("JOINED");
     Table ranks(std::move(header));

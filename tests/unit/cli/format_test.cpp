@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "cli/views.hpp"
 
 namespace corral::cli {
@@ -169,6 +171,25 @@ TEST(FormatJob, ShowsEveryFieldTheRanksAndTheEventLog) {
             "  2026-12-02T10:00:00.123Z  submitted by alice\n"
             "  2026-12-02T10:00:01.000Z  PENDING -> STARTING on gpu-a[0],gpu-b[2] master 10.0.0.11:29500\n"
             "  2026-12-02T10:01:03.000Z  RUNNING -> FAILED: rank 1 on gpu-b exited 3\n");
+}
+
+TEST(FormatJob, TheRendezvousWhileItLastsAndNotForAJobThatEndedBeforeAnyLook) {
+  std::string text(kJobJson);
+  auto at = text.find("\"exit_code\": 3,\n");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"rendezvous\": {\"ranks\": 2, \"joined\": 0, \"complete_after_ms\": null, "
+                  "\"waiting_for\": [{\"rank\": 1, \"node\": \"gpu-b\"}], \"timeout_s\": 300}, ");
+  auto ended = parse_job(text);
+  ASSERT_TRUE(ended.has_value()) << ended.error().message();
+  std::string out = format_job(*ended, kNow);
+  EXPECT_EQ(out.find("Rendezvous"), std::string::npos) << out;
+  EXPECT_EQ(out.find("JOINED"), std::string::npos) << out;
+  auto running = parse_job(std::regex_replace(text, std::regex("\"state\": \"FAILED\""), "\"state\": \"RUNNING\""));
+  ASSERT_TRUE(running.has_value());
+  out = format_job(*running, kNow);
+  EXPECT_NE(out.find("waiting for ranks 1 (gpu-b), 0 of 2 joined; deadline 5m after the start"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("JOINED"), std::string::npos) << out;
 }
 
 TEST(FormatJob, AnEndingJobSaysItsOutcomeAndTheRanksItWaitsFor) {
