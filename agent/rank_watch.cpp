@@ -164,6 +164,14 @@ std::optional<std::vector<pid_t>> children_of(pid_t pid, const std::string& proc
   return out;
 }
 
+// The check-in rule, for one socket: rank 0 listens on the master port; any other rank
+// is connected to the master address and port (`remote` empty: not connected).
+bool checks_in(int rank, bool listening, int local_port, const std::string& remote, int remote_port,
+               const std::string& master, int master_port) {
+  if (rank == 0) return listening && local_port == master_port;
+  return !remote.empty() && remote_port == master_port && remote == master;
+}
+
 // A socket of process `pid` (its descriptor `fd`), looked at directly: a duplicate taken
 // with pidfd_getfd, asked for its state and addresses, closed. Costs a few system calls
 // per socket, where reading /proc/net/tcp walks the kernel's whole connection table.
@@ -242,9 +250,8 @@ std::optional<bool> checked_in_directly(pid_t pid, int rank, const std::string& 
         break;
       }
       if (r != LookResult::Ok) continue;
-      bool match = rank == 0 ? look.listening && look.local_port == master_port
-                             : look.remote_port == master_port && canonical_address(look.remote_addr) == master;
-      if (match) {
+      if (checks_in(rank, look.listening, look.local_port, canonical_address(look.remote_addr), look.remote_port,
+                    master, master_port)) {
         in = true;
         break;
       }
@@ -424,8 +431,8 @@ std::vector<int> joined_ranks(const std::vector<WatchedRank>& ranks, const std::
     }
     bool in = std::any_of(table->second.begin(), table->second.end(), [&](const TcpSocket& s) {
       if (!inodes.contains(s.inode)) return false;
-      if (r.rank == 0) return s.state == kTcpListen && s.local_port == master_port;
-      return s.state == kTcpEstablished && s.remote_port == master_port && s.remote_addr == master;
+      return checks_in(r.rank, s.state == kTcpListen, s.local_port, s.state == kTcpEstablished ? s.remote_addr : "",
+                       s.remote_port, master, master_port);
     });
     if (in) joined.push_back(r.rank);
   }
