@@ -11,6 +11,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/inventory/gpu_inventory.hpp"
+#include "common/core/version.hpp"
 #include "common/model/config.hpp"
 #include "common/net/pki.hpp"
 #include "worker/exit_codes.hpp"
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   // Logs go to stderr (journald under systemd); stdout is for what a command prints.
   spdlog::set_default_logger(spdlog::stderr_color_mt("corral"));
   CLI::App app{"corral-agent: runs a node's ranks for the corral coordinator"};
+  app.set_version_flag("--version", corral::version_line("corral-agent"));
   std::string config_path;
   app.add_option("--config", config_path, "agent.yaml")->required();
   try {

@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/exit_codes.hpp"
 #include "common/core/strings.hpp"
+#include "common/core/version.hpp"
 
 namespace corral::cli {
 
@@ -39,6 +40,7 @@ CLI::Validator integer_at_least(long long min, const std::string& what) {
 int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   CLI::App app{"corral: submit GPU jobs to a corral cluster and watch them", "corral"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_line("corral"));
   const CLI::Validator job_id = integer_at_least(1, "a job id (a positive integer)");
   // Lets --config follow the subcommand as well as precede it.
   app.fallthrough();
@@ -50,10 +52,11 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
 
   SubmitOptions submit_opts;
   auto* submit = app.add_subcommand("submit", "Validate a job spec and submit it");
-  submit->add_option("FILE", submit_opts.file, "The job spec (YAML)")->required();
+  submit->add_option("FILE", submit_opts.file, "The job spec (YAML); - reads it from standard input")->required();
   submit->add_flag("--dry-run", submit_opts.dry_run,
                    "Say where the job would start, or why it would wait; submit nothing");
   submit->add_flag("--json", submit_opts.json, "Print the coordinator's JSON answer");
+  submit->add_flag("--parsable", submit_opts.parsable, "Print only the job id (as sbatch --parsable)");
   submit->add_option("--export", submit_opts.export_env,
                      "Which of this shell's environment variables the job gets: ALL (default), NONE, or "
                      "VAR,VAR,... (as sbatch; overrides the spec's export:)");
@@ -61,7 +64,11 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   QueueOptions queue_opts;
   auto* queue = app.add_subcommand("queue", "List live jobs (PENDING, STARTING, RUNNING)");
   queue->add_flag("--all", queue_opts.all, "Every job, ended ones too");
-  queue->add_option("--user", queue_opts.user, "Only this user's jobs");
+  queue->add_option("--user,-u", queue_opts.users, "Only these users' jobs (USER,USER,...)")->delimiter(',');
+  queue->add_option("--state,-t", queue_opts.states,
+                    "Only jobs in these states (PENDING,RUNNING,... or PD,R,...); ended states imply --all")
+      ->delimiter(',');
+  queue->add_flag("--me", queue_opts.me, "Only my jobs");
   queue->add_flag("--json", queue_opts.json, "Print the coordinator's JSON list");
 
   JobOptions show_opts;
@@ -77,9 +84,12 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
                     "Declare the ranks on NODE dead (admin): for a node that will not come back, frees "
                     "the GPUs and ports its unconfirmed ranks hold");
 
-  JobOptions cancel_opts;
-  auto* cancel = app.add_subcommand("cancel", "Cancel a job (its owner or an admin)");
-  cancel->add_option("JOB", cancel_opts.job, "Job id")->required()->check(job_id);
+  CancelOptions cancel_opts;
+  auto* cancel = app.add_subcommand("cancel", "Cancel jobs (their owner or an admin): by id, or every live job matching --user/--state");
+  cancel->add_option("JOB", cancel_opts.jobs, "Job ids")->check(job_id);
+  cancel->add_option("--user,-u", cancel_opts.users, "Every live job of these users (yours unless you are an admin)")
+      ->delimiter(',');
+  cancel->add_option("--state,-t", cancel_opts.states, "Only jobs in these states (PENDING,RUNNING,...)")->delimiter(',');
   cancel->add_flag("--json", cancel_opts.json, "Print the coordinator's JSON answer");
 
   WaitOptions wait_opts;
@@ -135,6 +145,12 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
     wait_opts.timeout = *t;
   }
   if (*drain && drain_opts.reason.empty()) return usage("drain: --reason must not be empty");
+  if (*cancel && cancel_opts.jobs.empty() && cancel_opts.users.empty() && cancel_opts.states.empty()) {
+    return usage("cancel: name the jobs (JOB...), or choose them with --user and/or --state");
+  }
+  if (*cancel && !cancel_opts.jobs.empty() && (!cancel_opts.users.empty() || !cancel_opts.states.empty())) {
+    return usage("cancel: give job ids or --user/--state, not both");
+  }
 
   std::optional<std::string> config;
   if (*config_opt) config = config_file;
@@ -143,6 +159,7 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   if (*submit) {
     submit_opts.submit_dir = ctx.cwd;
     submit_opts.environ = ctx.environ;
+    submit_opts.in = ctx.in;
     return run_submit(cc, submit_opts);
   }
   if (*queue) return run_queue(cc, queue_opts);

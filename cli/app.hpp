@@ -27,6 +27,7 @@ struct AppContext {
   // What a submitted job takes along, as sbatch does: the working directory and the whole
   // environment (`--export` chooses which of it).
   std::string cwd = {};
+  std::istream* in = nullptr;  // standard input (`corral submit -`)
   model::EnvList environ = {};
 };
 

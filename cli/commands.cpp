@@ -12,6 +12,7 @@
 #include "cli/exit_codes.hpp"
 #include "cli/format.hpp"
 #include "cli/views.hpp"
+#include "common/core/strings.hpp"
 #include "common/model/job_spec_yaml.hpp"
 #include "common/net/http_types.hpp"
 
@@ -66,15 +67,43 @@ Result<std::string> read_spec(const std::string& path, std::size_t limit) {
   return text;
 }
 
+// Standard input, up to the same limit.
+Result<std::string> read_spec_stream(std::istream& in, std::size_t limit) {
+  std::string text(limit + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return make_error(ErrorCode::InvalidArgument, "cannot read the spec from standard input");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > limit) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "standard input: the spec is more than " + std::to_string(limit) + " bytes; the limit is " +
+                          std::to_string(limit));
+  }
+  return text;
+}
+
+// "a,b" "c" -> "a,b,c", percent-encoded for a query.
+std::string query_list(const std::vector<std::string>& items) {
+  std::string joined;
+  for (const auto& i : items) joined += (joined.empty() ? "" : ",") + i;
+  return net::percent_encode(joined);
+}
+
 }  // namespace
 
 int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   const model::SpecLimits limits;
-  auto text = read_spec(options.file, limits.max_file_bytes);
+  const bool from_stdin = options.file == "-";
+  if (from_stdin && options.in == nullptr) {
+    return fail(ctx, Error(ErrorCode::InvalidArgument, "no standard input to read the spec from"));
+  }
+  // Messages about a spec read from standard input name it "stdin".
+  const std::string file_name = from_stdin ? "stdin" : options.file;
+  auto text = from_stdin ? read_spec_stream(*options.in, limits.max_file_bytes)
+                         : read_spec(options.file, limits.max_file_bytes);
   if (!text) return fail(ctx, text.error());
   // Checked here first so that every problem is shown with the path as typed, which
   // editors and terminals can jump to, before anything is sent.
-  auto spec = model::parse_job_spec(*text, options.file, limits);
+  auto spec = model::parse_job_spec(*text, file_name, limits);
   if (!spec) {
     if (spec.error().code() != ErrorCode::InvalidArgument) return fail(ctx, spec.error());
     ctx.err << spec.error().message() << "\n";
@@ -93,7 +122,7 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   Json environment = Json::array();
   for (const auto& [k, v] : *exported) environment.push_back(Json::array({k, v}));
   Json body{{"spec", *text},
-            {"file", std::filesystem::path(options.file).filename().string()},
+            {"file", from_stdin ? file_name : std::filesystem::path(options.file).filename().string()},
             {"dry_run", options.dry_run},
             {"environment", environment}};
   if (!options.submit_dir.empty()) body["submit_dir"] = options.submit_dir;
@@ -117,17 +146,22 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   }
   auto id = parse_submitted_id(r->body);
   if (!id) return fail(ctx, id.error());
-  ctx.out << "Submitted job " << *id << "\n";
+  if (options.parsable) {
+    ctx.out << *id << "\n";
+  } else {
+    ctx.out << "Submitted job " << *id << "\n";
+  }
   return kExitOk;
 }
 
 int run_queue(CommandContext& ctx, const QueueOptions& options) {
   std::string target = "/v1/jobs";
-  std::string query;
-  if (options.all) query += "all=1";
-  if (!options.user.empty())
-    query += (query.empty() ? "" : "&") + std::string("user=") + net::percent_encode(options.user);
-  if (!query.empty()) target += "?" + query;
+  std::vector<std::string> query;
+  if (options.all) query.push_back("all=1");
+  if (!options.users.empty()) query.push_back("user=" + query_list(options.users));
+  if (!options.states.empty()) query.push_back("state=" + query_list(options.states));
+  if (options.me) query.push_back("me=1");
+  if (!query.empty()) target += "?" + join(query, "&");
   auto body = call(ctx, "GET", target);
   if (!body) return fail(ctx, body.error());
   if (options.json) return print_json(ctx, *body);
@@ -157,17 +191,39 @@ int run_nodes(CommandContext& ctx, bool json) {
   return kExitOk;
 }
 
-int run_cancel(CommandContext& ctx, const JobOptions& options) {
-  auto body = call(ctx, "POST", job_path(options.job) + "/cancel");
+int run_cancel(CommandContext& ctx, const CancelOptions& options) {
+  if (options.jobs.size() == 1 && options.users.empty() && options.states.empty()) {
+    const std::int64_t id = options.jobs.front();
+    auto body = call(ctx, "POST", job_path(id) + "/cancel");
+    if (!body) return fail(ctx, body.error());
+    if (options.json) return print_json(ctx, *body);
+    auto job = parse_job(*body);
+    if (!job) return fail(ctx, job.error());
+    ctx.out << "Cancelled job " << id;
+    // Ranks may still be stopping: say so rather than claim they are gone.
+    if (job->state != "CANCELLED") ctx.out << " (state " << job->state << ")";
+    ctx.out << "\n";
+    return kExitOk;
+  }
+  // Many at once: one request, one commit, each job answered on its own.
+  Json request = Json::object();
+  if (!options.jobs.empty()) request["ids"] = options.jobs;
+  if (!options.users.empty()) request["user"] = options.users;
+  if (!options.states.empty()) request["state"] = options.states;
+  auto body = call(ctx, "POST", "/v1/jobs/cancel", request.dump(-1, ' ', false, Json::error_handler_t::replace));
   if (!body) return fail(ctx, body.error());
-  if (options.json) return print_json(ctx, *body);
-  auto job = parse_job(*body);
-  if (!job) return fail(ctx, job.error());
-  ctx.out << "Cancelled job " << options.job;
-  // Ranks may still be stopping: say so rather than claim they are gone.
-  if (job->state != "CANCELLED") ctx.out << " (state " << job->state << ")";
-  ctx.out << "\n";
-  return kExitOk;
+  auto outcome = parse_bulk_cancel(*body);
+  if (!outcome) return fail(ctx, outcome.error());
+  if (options.json) {
+    if (int rc = print_json(ctx, *body); rc != kExitOk) return rc;
+  } else {
+    for (const auto& [id, state] : outcome->cancelled) {
+      ctx.out << "Cancelled job " << id << (state != "CANCELLED" ? " (state " + state + ")" : std::string()) << "\n";
+    }
+    if (outcome->cancelled.empty() && outcome->failed.empty()) ctx.out << "No job matched\n";
+  }
+  for (const auto& [id, message] : outcome->failed) ctx.err << "corral: " << message << "\n";
+  return outcome->failed.empty() ? kExitOk : kExitFailed;
 }
 
 int run_wait(CommandContext& ctx, const WaitOptions& options) {
@@ -234,7 +290,37 @@ int run_wait(CommandContext& ctx, const WaitOptions& options) {
   }
 }
 
+namespace {
+
+// --follow on a job that has no ranks yet: waits until it has (0), or ends without
+// starting (its exit code, having said how it ended).
+std::optional<int> wait_for_ranks(CommandContext& ctx, const LogsOptions& options) {
+  bool said = false;
+  for (;;) {
+    auto body = call(ctx, "GET", job_path(options.job));
+    if (!body) return fail(ctx, body.error());
+    auto job = parse_job(*body);
+    if (!job) return fail(ctx, job.error());
+    if (!job->ranks.empty()) return std::nullopt;
+    if (is_terminal_state(job->state)) {
+      ctx.err << "corral: " << format_end_state(*job) << " without starting\n";
+      return wait_exit_code(*job);
+    }
+    if (!said) {
+      ctx.err << "corral: job " << options.job << " is " << job->state
+              << (job->reason.empty() ? std::string() : " (" + job->reason + ")") << "; waiting for it to start\n";
+      said = true;
+    }
+    ctx.sleep(options.start_poll_interval);
+  }
+}
+
+}  // namespace
+
 int run_logs(CommandContext& ctx, const LogsOptions& options) {
+  if (options.follow) {
+    if (auto done = wait_for_ranks(ctx, options)) return *done;
+  }
   std::uint64_t offset = 0;
   std::optional<std::uint64_t> initial_size;
   for (;;) {

@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/api_client.hpp"
 #include "common/core/time.hpp"
@@ -25,17 +26,29 @@ struct CommandContext {
 };
 
 struct SubmitOptions {
-  std::string file;
+  std::string file;                       // "-": the spec comes from `in`
   bool dry_run = false;
   bool json = false;
   std::optional<std::string> export_env = std::nullopt;  // --export: ALL, NONE or VAR,...; unset: the spec's, else ALL
   std::string submit_dir = {};            // where `corral submit` runs (the default workdir)
   model::EnvList environ = {};            // the submitting process's environment
+  std::istream* in = nullptr;             // standard input, for "-"
+  bool parsable = false;                  // print the id alone (sbatch --parsable)
 };
 
 struct QueueOptions {
   bool all = false;
-  std::string user;  // empty: everyone's
+  std::vector<std::string> users;   // empty: everyone's
+  std::vector<std::string> states;  // empty: every live state (every state with all)
+  bool me = false;                  // the caller's own jobs (added to users)
+  bool json = false;
+};
+
+// `corral cancel ID...`, or every live job matching --user/--state.
+struct CancelOptions {
+  std::vector<std::int64_t> jobs;
+  std::vector<std::string> users;
+  std::vector<std::string> states;
   bool json = false;
 };
 
@@ -63,6 +76,8 @@ struct LogsOptions {
   int rank = 0;
   bool follow = false;
   Duration poll_interval = std::chrono::milliseconds(250);
+  // --follow on a job that has not started: how often to look whether it has.
+  Duration start_poll_interval = std::chrono::milliseconds(500);
 };
 
 struct StackOptions {
@@ -81,7 +96,7 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options);
 int run_queue(CommandContext& ctx, const QueueOptions& options);
 int run_show(CommandContext& ctx, const JobOptions& options);
 int run_nodes(CommandContext& ctx, bool json);
-int run_cancel(CommandContext& ctx, const JobOptions& options);
+int run_cancel(CommandContext& ctx, const CancelOptions& options);
 // 0 when the job ends COMPLETED; 1 on any other end state or on timeout.
 int run_wait(CommandContext& ctx, const WaitOptions& options);
 int run_logs(CommandContext& ctx, const LogsOptions& options);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
                       }};
   std::error_code ec;
   ctx.cwd = std::filesystem::current_path(ec).string();
+  ctx.in = &std::cin;
   for (char** e = ::environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view kv(*e);
     auto eq = kv.find('=');

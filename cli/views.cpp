@@ -304,6 +304,32 @@ Result<std::vector<RankStackInfo>> parse_stacks(std::string_view json) {
   });
 }
 
+Result<BulkCancelInfo> parse_bulk_cancel(std::string_view json) {
+  return read_one<BulkCancelInfo>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    BulkCancelInfo b;
+    auto each = [&](const char* key, auto&& add) {
+      if (const Json* list = r.array(key, kMaxItems)) {
+        for (std::size_t i = 0; i < list->size() && r.ok(); ++i) {
+          JsonReader e((*list)[i], r.item_path(key, i));
+          add(e);
+          r.absorb(e);
+        }
+      }
+    };
+    each("cancelled", [&](JsonReader& e) {
+      std::int64_t id = e.i64("id", 1, std::numeric_limits<std::int64_t>::max());
+      b.cancelled.emplace_back(id, text(e, "state"));
+    });
+    each("failed", [&](JsonReader& e) {
+      std::int64_t id = e.i64("id", 1, std::numeric_limits<std::int64_t>::max());
+      b.failed.emplace_back(id, text(e, "error"));
+    });
+    top.absorb(r);
+    return b;
+  });
+}
+
 std::vector<std::string> parse_problems(std::string_view json) {
   auto j = protocol::parse_json(json, kMaxAnswerBytes);
   if (!j || !j->is_object()) return {};

@@ -134,6 +134,13 @@ struct RankStackInfo {
   std::string report;
 };
 [[nodiscard]] Result<std::vector<RankStackInfo>> parse_stacks(std::string_view json);
+// POST /v1/jobs/cancel: (id, state) of each job cancelled, (id, message) of each refused.
+struct BulkCancelInfo {
+  std::vector<std::pair<std::int64_t, std::string>> cancelled;
+  std::vector<std::pair<std::int64_t, std::string>> failed;
+};
+[[nodiscard]] Result<BulkCancelInfo> parse_bulk_cancel(std::string_view json);
+
 // The "problems" list of a 400 answer to a submit; empty when there is none.
 std::vector<std::string> parse_problems(std::string_view json);
 

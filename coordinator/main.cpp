@@ -15,6 +15,7 @@
 #include <iterator>
 
 #include "common/core/files.hpp"
+#include "common/core/version.hpp"
 #include "common/model/config.hpp"
 #include "common/net/pki.hpp"
 #include "common/net/server.hpp"
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
   // Logs go to stderr (journald under systemd); stdout is for what a command prints.
   spdlog::set_default_logger(spdlog::stderr_color_mt("corral"));
   CLI::App app{"corral-coordinator: the cluster's queue, scheduler and rendezvous service"};
+  app.set_version_flag("--version", corral::version_line("corral-coordinator"));
   app.require_subcommand(0, 1);
   std::string config_path;
   std::string port_file;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/core/version.hpp"
 #include "worker/commands.hpp"
 #include "worker/exit_codes.hpp"
 
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
   if (command == "nccl-root") return corral::worker::run_nccl_root(args);
   if (command == "nccl-check") return corral::worker::run_nccl_check(args);
   if (command == "preflight") return corral::worker::run_preflight(args);
+  if (command == "--version") {
+    std::printf("%s\n", corral::version_line("corral-worker").c_str());
+    return corral::worker::to_int(ExitCode::Ok);
+  }
   if (command == "--help" || command == "-h" || command == "help") {
     usage(stdout);
     return corral::worker::to_int(ExitCode::Ok);

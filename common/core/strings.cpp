@@ -71,6 +71,17 @@ Result<Duration> parse_duration(std::string_view text) {
   return Duration(total_ms);
 }
 
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  if (text.empty()) return parts;
+  for (;;) {
+    auto at = text.find(sep);
+    parts.emplace_back(text.substr(0, at));
+    if (at == std::string_view::npos) return parts;
+    text.remove_prefix(at + 1);
+  }
+}
+
 std::string join(const std::vector<std::string>& items, std::string_view sep) {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) {

@@ -34,6 +34,8 @@ Result<Duration> parse_seconds_or_duration(std::string_view text);
 std::string format_duration(Duration d);
 // The items with `sep` between them.
 std::string join(const std::vector<std::string>& items, std::string_view sep);
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}.
+std::vector<std::string> split(std::string_view text, char sep);
 
 // Shell-style glob: '*' any run, '?' one character, '[...]' a class. No path semantics.
 bool glob_match(std::string_view pattern, std::string_view text);

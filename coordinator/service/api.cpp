@@ -29,6 +29,15 @@ net::HttpResponse error_response(int status, const std::string& message) {
   return json_response(status, Json{{"error", message}});
 }
 
+int http_status_for(const Error& error) {
+  switch (error.code()) {
+    case ErrorCode::InvalidArgument: return 400;
+    case ErrorCode::PermissionDenied: return 403;
+    case ErrorCode::NotFound: return 404;
+    default: return 409;
+  }
+}
+
 std::optional<model::JobId> parse_id(std::string_view text) {
   auto id = parse_int<model::JobId>(text);
   if (!id || *id <= 0) return std::nullopt;
@@ -52,6 +61,45 @@ std::vector<std::string_view> split_path(std::string_view path) {
 }
 
 }  // namespace
+
+Result<JobFilter> parse_job_filter(const std::vector<std::string>& users, const std::vector<std::string>& states) {
+  JobFilter f;
+  for (const auto& u : users) {
+    if (u.empty() || u.size() > 64) {
+      return make_error(ErrorCode::InvalidArgument, "user: " + quote_for_message(u) + " is not a user name");
+    }
+    f.users.insert(u);
+  }
+  // As squeue --states: names in any case, and Slurm's short codes.
+  static const std::map<std::string, JobState, std::less<>> kShort = {
+      {"PD", JobState::Pending},   {"ST", JobState::Starting},  {"R", JobState::Running},
+      {"CG", JobState::Ending},    {"CD", JobState::Completed}, {"F", JobState::Failed},
+      {"CA", JobState::Cancelled}, {"TO", JobState::Timeout},   {"NF", JobState::NodeFail}};
+  for (const auto& text : states) {
+    std::string upper = text;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    auto state = model::parse_job_state(upper);
+    if (!state) {
+      if (auto it = kShort.find(upper); it != kShort.end()) state = it->second;
+    }
+    if (!state) {
+      std::vector<std::string> names;
+      for (JobState s : model::kAllJobStates) names.emplace_back(model::to_string(s));
+      return make_error(ErrorCode::InvalidArgument,
+                        "state: " + quote_for_message(text) + " is not a job state (" + join(names, ", ") + ")");
+    }
+    f.states.insert(*state);
+  }
+  return f;
+}
+
+bool JobFilter::matches(const store::JobRecord& rec) const {
+  return (users.empty() || users.contains(rec.user)) && (states.empty() || states.contains(rec.state));
+}
+
+bool JobFilter::live_only() const {
+  return !states.empty() && std::none_of(states.begin(), states.end(), [](JobState s) { return model::is_terminal(s); });
+}
 
 Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& request) {
   if (request.header_count("authorization") > 1) {
@@ -110,8 +158,12 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
   if (parts.size() >= 2 && parts[1] == "jobs") {
     if (parts.size() == 2) {
       if (m == "POST") return submit(request, caller, std::move(respond));
-      if (m == "GET") return respond(list_jobs(request));
+      if (m == "GET") return respond(list_jobs(request, caller));
       return respond(error_response(405, "use GET or POST on /v1/jobs"));
+    }
+    if (parts.size() == 3 && parts[2] == "cancel") {
+      if (m != "POST") return respond(error_response(405, "use POST on /v1/jobs/cancel"));
+      return after_commit(cancel_jobs(request, caller), std::move(respond));
     }
     auto id = parse_id(parts[2]);
     if (!id) return respond(error_response(400, "job id must be a positive integer"));
@@ -216,13 +268,20 @@ JobView view_of(const store::JobRecord& rec, const model::JobSpec* spec, const s
 
 }  // namespace
 
-net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request) {
-  bool all = request.query.contains("all") && request.query.at("all") != "0";
-  std::optional<std::string> user;
-  if (auto u = request.query.find("user"); u != request.query.end() && !u->second.empty()) user = u->second;
+net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request, const Caller& caller) {
+  auto query = [&](const char* key) -> std::string {
+    auto it = request.query.find(key);
+    return it == request.query.end() ? std::string() : it->second;
+  };
+  auto filter = parse_job_filter(split(query("user"), ','), split(query("state"), ','));
+  if (!filter) return error_response(400, filter.error().message());
+  if (!query("me").empty() && query("me") != "0") filter->users.insert(caller.user);
+  // Without all=1 only live jobs, unless the states asked for include ended ones.
+  bool all = (!query("all").empty() && query("all") != "0") ||
+             (!filter->states.empty() && !filter->live_only());
   Json out = Json::array();
   auto add = [&](const store::JobRecord& rec, const model::JobSpec* spec) {
-    if (user && rec.user != *user) return;
+    if (!filter->matches(rec)) return;
     out.push_back(job_json(view_of(rec, spec, ledger_.scheduler().job(rec.id)), nullptr));
   };
   if (!all) {
@@ -233,7 +292,7 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request) {
     return json_response(200, out);
   }
   store::JobQuery q;
-  q.user = user;
+  if (filter->users.size() == 1) q.user = *filter->users.begin();
   auto stored = store_.jobs(q);
   if (!stored) return error_response(503, stored.error().message());
   for (const auto& rec : *stored) {
@@ -283,17 +342,91 @@ net::HttpResponse Coordinator::show_job(model::JobId id) {
   return json_response(200, job_json(view_of(**rec, spec ? &*spec : nullptr, nullptr), &*events));
 }
 
-net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller) {
+Result<const Coordinator::Job*> Coordinator::cancel_one(model::JobId id, const Caller& caller) {
   if (ledger_.live_job(id) == nullptr) {
     auto rec = store_.job(id);
-    if (rec && *rec) return error_response(409, "job " + std::to_string(id) + " already ended " + std::string(model::to_string((*rec)->state)));
-    return error_response(404, "no job " + std::to_string(id));
+    if (rec && *rec) {
+      return make_error(ErrorCode::Conflict,
+                        "job " + std::to_string(id) + " already ended " + std::string(model::to_string((*rec)->state)));
+    }
+    return make_error(ErrorCode::NotFound, "no job " + std::to_string(id));
   }
-  auto ok = ledger_.cancel(id, caller.user, caller.admin, clock_.now());
+  if (auto ok = ledger_.cancel(id, caller.user, caller.admin, clock_.now()); !ok) {
+    return std::unexpected(ok.error());
+  }
+  return ledger_.any_job(id);
+}
+
+net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller) {
+  auto job = cancel_one(id, caller);
   flush_effects();
-  if (!ok) return error_response(ok.error().code() == ErrorCode::PermissionDenied ? 403 : 409, ok.error().message());
-  const Job* job = ledger_.any_job(id);
-  return json_response(200, job_json(view_of(job->record, &job->spec, nullptr), nullptr));
+  if (!job) return error_response(http_status_for(job.error()), job.error().message());
+  return json_response(200, job_json(view_of((*job)->record, &(*job)->spec, nullptr), nullptr));
+}
+
+net::HttpResponse Coordinator::cancel_jobs(const net::HttpRequest& request, const Caller& caller) {
+  constexpr std::size_t kMaxIds = 100000;
+  auto body = protocol::parse_json(request.body.empty() ? "{}" : request.body, config_.max_request_bytes);
+  if (!body) return error_response(400, body.error().message());
+  protocol::JsonReader r(*body);
+  std::vector<model::JobId> ids;
+  if (const Json* list = r.array("ids", kMaxIds, false)) {
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const Json& v = (*list)[i];
+      if (!v.is_number_integer() || v.get<long long>() <= 0) {
+        r.fail(r.item_path("ids", i), "must be a job id (a positive integer)");
+        break;
+      }
+      ids.push_back(v.get<model::JobId>());
+    }
+  }
+  auto strings = [&](const char* key) {
+    std::vector<std::string> out;
+    if (const Json* list = r.array(key, 1024, false)) {
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        if (!(*list)[i].is_string()) {
+          r.fail(r.item_path(key, i), "must be a string");
+          break;
+        }
+        out.push_back((*list)[i].get<std::string>());
+      }
+    }
+    return out;
+  };
+  std::vector<std::string> users = strings("user");
+  std::vector<std::string> states = strings("state");
+  if (!r.ok()) return error_response(400, r.error());
+  const bool by_filter = !users.empty() || !states.empty();
+  if (ids.empty() == !by_filter) {
+    return error_response(400, "give either ids, or user and/or state to choose the jobs to cancel");
+  }
+  auto filter = parse_job_filter(users, states);
+  if (!filter) return error_response(400, filter.error().message());
+  if (by_filter) {
+    // Without a user: the caller's own jobs, admin or not; naming someone else's needs an admin.
+    if (filter->users.empty()) filter->users.insert(caller.user);
+    for (const auto& u : filter->users) {
+      if (u != caller.user && !caller.admin) {
+        return error_response(403, "not allowed: only an admin may cancel another user's jobs (" + u + ")");
+      }
+    }
+    for (const auto& [id, job] : ledger_.live_jobs()) {
+      if (filter->matches(job.record)) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+  }
+  Json cancelled = Json::array();
+  Json failed = Json::array();
+  for (model::JobId id : ids) {
+    auto job = cancel_one(id, caller);
+    if (job) {
+      cancelled.push_back(Json{{"id", id}, {"state", std::string(model::to_string((*job)->record.state))}});
+    } else {
+      failed.push_back(Json{{"id", id}, {"status", http_status_for(job.error())}, {"error", job.error().message()}});
+    }
+  }
+  flush_effects();
+  return json_response(200, Json{{"cancelled", cancelled}, {"failed", failed}});
 }
 
 void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond) {

@@ -31,6 +31,19 @@ struct CoordinatorStats {
   std::uint64_t http_requests = 0;
 };
 
+// Which jobs a list or a bulk cancel is about: every condition given must hold; an empty
+// set does not filter.
+struct JobFilter {
+  std::set<std::string> users;
+  std::set<model::JobState> states;
+  bool matches(const store::JobRecord& rec) const;
+  // States were named and none of them is terminal.
+  bool live_only() const;
+};
+// `user` names and `state` names (any case, or Slurm's short codes: PD, R, CG, CD, F, CA,
+// TO, NF); InvalidArgument naming the field otherwise.
+Result<JobFilter> parse_job_filter(const std::vector<std::string>& users, const std::vector<std::string>& states);
+
 class Coordinator final : public net::ServerHandler {
  public:
   Coordinator(net::EventLoop& loop, const Clock& clock, store::Store& store, model::CoordinatorConfig config);
@@ -99,13 +112,19 @@ class Coordinator final : public net::ServerHandler {
   void submit(const net::HttpRequest& request, const Caller& caller, Respond respond);
   // Answers once everything queued so far (the change this response reports) is durable.
   void after_commit(net::HttpResponse response, Respond respond);
-  net::HttpResponse list_jobs(const net::HttpRequest& request);
+  // GET /v1/jobs[?all=1][&user=a,b][&state=S,...][&me=1]
+  net::HttpResponse list_jobs(const net::HttpRequest& request, const Caller& caller);
   net::HttpResponse show_job(model::JobId id);
   // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
   // seconds have passed, whichever is first; the caller then sees the state either way.
   void wait_job(model::JobId id, const net::HttpRequest& request, Respond respond);
   void answer_job_waits(model::JobId id);
   net::HttpResponse cancel_job(model::JobId id, const Caller& caller);
+  // POST /v1/jobs/cancel {"ids": [...]} or {"user": [...], "state": [...]}: each job
+  // cancelled or refused on its own; one commit for all.
+  net::HttpResponse cancel_jobs(const net::HttpRequest& request, const Caller& caller);
+  // Cancels one live job in the ledger; the caller flushes the effects.
+  Result<const Job*> cancel_one(model::JobId id, const Caller& caller);
   void job_logs(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond);
   // GET /v1/jobs/ID/stack[?rank=R]: every running rank's stack report, from its agent.
   void job_stack(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond);

@@ -428,6 +428,50 @@ TEST_F(CoordinatorTest, TokensAndOwnershipAreEnforced) {
   EXPECT_EQ(call("GET", "/v1/whoami", "", bob).status, 401);
 }
 
+TEST_F(CoordinatorTest, ListsFilterByUsersAndStatesAndBulkCancelAnswersEachJob) {
+  std::string bob = coord_.add_user("bob");
+  std::string carol = coord_.add_user("carol");
+  model::JobId t1 = submit(kTwoNodeJob);
+  model::JobId b1 = submit(kTwoNodeJob, bob);
+  model::JobId b2 = submit(kTwoNodeJob, bob);
+  model::JobId c1 = submit(kTwoNodeJob, carol);
+  auto ids = [&](const std::string& target, const std::string& token = "") {
+    auto r = call("GET", target, "", token);
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::vector<model::JobId> out;
+    for (const auto& j : Json::parse(r.body)) out.push_back(j["id"]);
+    return out;
+  };
+  EXPECT_EQ(ids("/v1/jobs?user=bob,carol"), (std::vector<model::JobId>{b1, b2, c1}));
+  EXPECT_EQ(ids("/v1/jobs?me=1", bob), (std::vector<model::JobId>{b1, b2}));
+  EXPECT_EQ(ids("/v1/jobs?state=pd&user=tester"), (std::vector<model::JobId>{t1}));
+  auto bad = call("GET", "/v1/jobs?state=PENDING,SLEEPING");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(Json::parse(bad.body)["error"].get<std::string>().find("state: \"SLEEPING\" is not a job state"),
+            std::string::npos) << bad.body;
+
+  // By id: each job on its own; someone else's is refused, and the rest are cancelled.
+  auto r = call("POST", "/v1/jobs/cancel", Json{{"ids", {b1, c1, 999}}}.dump(), bob);
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json answer = Json::parse(r.body);
+  ASSERT_EQ(answer["cancelled"].size(), 1u);
+  EXPECT_EQ(answer["cancelled"][0]["id"], b1);
+  ASSERT_EQ(answer["failed"].size(), 2u);
+  EXPECT_EQ(answer["failed"][0]["status"], 403);
+  EXPECT_EQ(answer["failed"][1]["status"], 404);
+  EXPECT_EQ(job(c1)["state"], "PENDING");
+  // By filter: a user may not name another's jobs; an admin may.
+  EXPECT_EQ(call("POST", "/v1/jobs/cancel", R"({"user": ["carol"]})", bob).status, 403);
+  EXPECT_EQ(call("POST", "/v1/jobs/cancel", R"({"ids": [1], "user": ["bob"]})", bob).status, 400);
+  EXPECT_EQ(call("POST", "/v1/jobs/cancel", R"({})", bob).status, 400);
+  EXPECT_EQ(call("POST", "/v1/jobs/cancel", R"({"ids": ["seven"]})", bob).status, 400);
+  r = call("POST", "/v1/jobs/cancel", R"({"user": ["bob", "carol"], "state": ["PENDING"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["cancelled"].size(), 2u);  // b2 and c1
+  EXPECT_EQ(ids("/v1/jobs"), (std::vector<model::JobId>{t1}));
+  EXPECT_EQ(ids("/v1/jobs?state=CANCELLED"), (std::vector<model::JobId>{b1, b2, c1}));
+}
+
 TEST_F(CoordinatorTest, AnAgentCertificateFromAnotherCaIsRefused) {
   testing::TempDir other;
   testing::CoordinatorProcess foreign(other);

@@ -185,7 +185,7 @@ TEST_F(CommandsTest, Unauthenticated401ExitsWith3) {
 TEST_F(CommandsTest, Forbidden403SaysNotAllowed) {
   api_.answer(403, R"({"error": "job 7 belongs to bob"})");
   auto c = ctx();
-  EXPECT_EQ(run_cancel(c, {7, false}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, {{7}}), kExitFailed);
   EXPECT_EQ(err_.str(), "corral: not allowed: job 7 belongs to bob\n");
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/7/cancel");
 }
@@ -195,7 +195,7 @@ TEST_F(CommandsTest, NotFoundAndConflictExitWith1) {
   api_.answer(409, R"({"error": "job 9 already ended COMPLETED"})");
   auto c = ctx();
   EXPECT_EQ(run_show(c, {9, false}), kExitFailed);
-  EXPECT_EQ(run_cancel(c, {9, false}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, {{9}}), kExitFailed);
   EXPECT_EQ(err_.str(), "corral: no job 9\ncorral: job 9 already ended COMPLETED\n");
 }
 
@@ -209,7 +209,7 @@ TEST_F(CommandsTest, AnUnreachableCoordinatorExitsWith3) {
 TEST_F(CommandsTest, QueueAsksForAllJobsOfAUser) {
   api_.answer(200, "[]");
   auto c = ctx();
-  EXPECT_EQ(run_queue(c, {true, "a b", false}), kExitOk);
+  EXPECT_EQ(run_queue(c, {true, {"a b"}}), kExitOk);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs?all=1&user=a%20b");
   EXPECT_EQ(out_.str(), "ID  NAME  USER  STATE  REASON  NODES  GPUS  TIME  TIME_LIMIT\n");
 }
@@ -217,7 +217,7 @@ TEST_F(CommandsTest, QueueAsksForAllJobsOfAUser) {
 TEST_F(CommandsTest, QueueJsonIsTheList) {
   api_.answer(200, R"([{"id":1,"state":"PENDING"}])");
   auto c = ctx();
-  EXPECT_EQ(run_queue(c, {false, "", true}), kExitOk);
+  EXPECT_EQ(run_queue(c, {.json = true}), kExitOk);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs");
   EXPECT_EQ(out_.str(), "[\n  {\n    \"id\": 1,\n    \"state\": \"PENDING\"\n  }\n]\n");
 }
@@ -304,6 +304,7 @@ TEST_F(CommandsTest, WaitFailsAtOnceWhenTheCoordinatorWasNeverReached) {
 }
 
 TEST_F(CommandsTest, LogsFollowReadsFromEachNewOffsetUntilFinishedAndDrained) {
+  api_.answer(200, job_json(3, "RUNNING", R"(, "ranks": [{"rank": 0, "node": "a", "state": "RUNNING"}])"));
   api_.answer(200, R"({"rank": 1, "node": "a", "offset": 0, "data": "one\n", "size": 4, "finished": false})");
   api_.answer(200, R"({"rank": 1, "node": "a", "offset": 4, "data": "", "size": 4, "finished": false})");
   api_.answer(200, R"({"rank": 1, "node": "a", "offset": 4, "data": "two\n", "size": 8, "finished": false})");
@@ -311,11 +312,85 @@ TEST_F(CommandsTest, LogsFollowReadsFromEachNewOffsetUntilFinishedAndDrained) {
   auto c = ctx();
   EXPECT_EQ(run_logs(c, {.job = 3, .rank = 1, .follow = true}), kExitOk);
   EXPECT_EQ(out_.str(), "one\ntwo\n");
-  ASSERT_EQ(api_.calls.size(), 4u);
-  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/3/logs?rank=1&offset=0");
-  EXPECT_EQ(api_.calls[1].target, "/v1/jobs/3/logs?rank=1&offset=4");
-  EXPECT_EQ(api_.calls[3].target, "/v1/jobs/3/logs?rank=1&offset=8");
+  ASSERT_EQ(api_.calls.size(), 5u);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/3");
+  EXPECT_EQ(api_.calls[1].target, "/v1/jobs/3/logs?rank=1&offset=0");
+  EXPECT_EQ(api_.calls[2].target, "/v1/jobs/3/logs?rank=1&offset=4");
+  EXPECT_EQ(api_.calls[4].target, "/v1/jobs/3/logs?rank=1&offset=8");
   EXPECT_EQ(sleeps_, (std::vector<Duration>{250ms}));  // only after an empty answer
+}
+
+TEST_F(CommandsTest, LogsFollowOnAPendingJobWaitsForItToStart) {
+  api_.answer(200, job_json(3, "PENDING", R"(, "reason": "Resources")"));
+  api_.answer(200, job_json(3, "PENDING", R"(, "reason": "Resources")"));
+  api_.answer(200, job_json(3, "STARTING", R"(, "ranks": [{"rank": 0, "node": "a", "state": "PENDING"}])"));
+  api_.answer(200, R"({"rank": 0, "node": "a", "offset": 0, "data": "hi\n", "size": 3, "finished": true})");
+  auto c = ctx();
+  EXPECT_EQ(run_logs(c, {.job = 3, .follow = true}), kExitOk);
+  EXPECT_EQ(out_.str(), "hi\n");
+  EXPECT_EQ(err_.str(), "corral: job 3 is PENDING (Resources); waiting for it to start\n");  // said once
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{500ms, 500ms}));
+}
+
+TEST_F(CommandsTest, LogsFollowOnAJobCancelledBeforeItStartedSaysSoAndExits125) {
+  api_.answer(200, job_json(3, "PENDING"));
+  api_.answer(200, job_json(3, "CANCELLED", R"(, "reason": "Cancelled")"));
+  auto c = ctx();
+  EXPECT_EQ(run_logs(c, {.job = 3, .follow = true}), kExitJobCancelled);
+  EXPECT_NE(err_.str().find("CANCELLED"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find("without starting"), std::string::npos) << err_.str();
+}
+
+TEST_F(CommandsTest, QueueFiltersByUsersStatesAndMe) {
+  api_.answer(200, "[]");
+  auto c = ctx();
+  EXPECT_EQ(run_queue(c, {.users = {"alice", "bob"}, .states = {"PD", "RUNNING"}, .me = true}), kExitOk);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs?user=alice%2Cbob&state=PD%2CRUNNING&me=1");
+}
+
+TEST_F(CommandsTest, CancelOfSeveralJobsIsOneRequestAndNamesEachRefusal) {
+  api_.answer(200, R"({"cancelled": [{"id": 4, "state": "CANCELLED"}, {"id": 6, "state": "ENDING"}],
+                       "failed": [{"id": 5, "status": 403, "error": "job 5 belongs to bob"}]})");
+  auto c = ctx();
+  EXPECT_EQ(run_cancel(c, {.jobs = {4, 5, 6}}), kExitFailed);
+  ASSERT_EQ(api_.calls.size(), 1u);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs/cancel");
+  EXPECT_EQ(nlohmann::json::parse(api_.calls[0].body), nlohmann::json::parse(R"({"ids": [4, 5, 6]})"));
+  EXPECT_EQ(out_.str(), "Cancelled job 4\nCancelled job 6 (state ENDING)\n");
+  EXPECT_EQ(err_.str(), "corral: job 5 belongs to bob\n");
+}
+
+TEST_F(CommandsTest, CancelByUserAndStateSendsTheFilter) {
+  api_.answer(200, R"({"cancelled": [], "failed": []})");
+  auto c = ctx();
+  EXPECT_EQ(run_cancel(c, {.users = {"alice"}, .states = {"PENDING"}}), kExitOk);
+  EXPECT_EQ(nlohmann::json::parse(api_.calls[0].body),
+            nlohmann::json::parse(R"({"user": ["alice"], "state": ["PENDING"]})"));
+  EXPECT_EQ(out_.str(), "No job matched\n");
+}
+
+TEST_F(CommandsTest, SubmitDashReadsTheSpecFromStandardInputAndParsablePrintsTheIdAlone) {
+  std::istringstream in{std::string(kValidSpec)};
+  api_.answer(201, R"({"id": 77})");
+  auto c = ctx();
+  SubmitOptions o{"-"};
+  o.in = &in;
+  o.parsable = true;
+  EXPECT_EQ(run_submit(c, o), kExitOk);
+  EXPECT_EQ(out_.str(), "77\n");
+  auto body = nlohmann::json::parse(api_.calls[0].body);
+  EXPECT_EQ(body["spec"], std::string(kValidSpec));
+  EXPECT_EQ(body["file"], "stdin");
+}
+
+TEST_F(CommandsTest, AnInvalidSpecOnStandardInputIsNamedStdin) {
+  std::istringstream in("name: t\ncommand: c\n");
+  auto c = ctx();
+  SubmitOptions o{"-"};
+  o.in = &in;
+  EXPECT_EQ(run_submit(c, o), kExitUsage);
+  EXPECT_EQ(err_.str().rfind("stdin:", 0), 0u) << err_.str();
+  EXPECT_TRUE(api_.calls.empty());
 }
 
 TEST_F(CommandsTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
@@ -376,9 +451,26 @@ TEST_F(AppTest, ParseErrorsAreExit2AndHelpIsExit0) {
   EXPECT_EQ(run({"wait", "1", "--timeout", "soon"}), kExitUsage);
   EXPECT_EQ(run({"drain", "gpu-a"}), kExitUsage);
   EXPECT_EQ(run({"drain", "gpu-a", "--reason", ""}), kExitUsage);
+  EXPECT_EQ(run({"cancel"}), kExitUsage);
+  EXPECT_EQ(run({"cancel", "3", "--user", "bob"}), kExitUsage);
+  EXPECT_EQ(run({"cancel", "3", "x"}), kExitUsage);
   EXPECT_TRUE(api_.calls.empty());
   EXPECT_EQ(run({"--help"}), kExitOk);
   EXPECT_NE(out_.str().find("submit"), std::string::npos);
+}
+
+TEST_F(AppTest, VersionIsExit0AndNamesTheProgram) {
+  EXPECT_EQ(run({"--version"}), kExitOk);
+  EXPECT_EQ(out_.str().rfind("corral 0.", 0), 0u) << out_.str();
+}
+
+TEST_F(AppTest, CommaListsAndRepeatedFlagsBothWork) {
+  api_.answer(200, "[]");
+  EXPECT_EQ(run({"queue", "--user", "a,b", "-u", "c", "--state", "pd"}), kExitOk);
+  EXPECT_EQ(api_.calls[0].target, "/v1/jobs?user=a%2Cb%2Cc&state=pd");
+  api_.answer(200, R"({"cancelled": [{"id": 1, "state": "CANCELLED"}, {"id": 2, "state": "CANCELLED"}], "failed": []})");
+  EXPECT_EQ(run({"cancel", "1", "2"}), kExitOk);
+  EXPECT_EQ(api_.calls[1].target, "/v1/jobs/cancel");
 }
 
 TEST_F(AppTest, DispatchesToTheCommand) {
