@@ -619,7 +619,9 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   d.size = slice->size;
   d.data = std::move(slice->data);
   auto it = jobs_.find({m.job, m.attempt});
-  bool running = it != jobs_.end() && it->second.ranks.contains(m.rank) && !it->second.ranks.at(m.rank).exited;
+  // A rank being started (its log may already exist, empty) is not finished either.
+  bool running = it != jobs_.end() && (it->second.launching || (it->second.ranks.contains(m.rank) &&
+                                                                !it->second.ranks.at(m.rank).exited));
   d.finished = !running;
   send(d);
 }

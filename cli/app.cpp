@@ -35,9 +35,74 @@ CLI::Validator integer_at_least(long long min, const std::string& what) {
       "", "");
 }
 
+// The flags submit and run share with a spec's fields (as sbatch and srun spell them).
+struct SpecFlags {
+  int nodes = 0;
+  int gpus_per_node = 0;
+  int gpus = 0;
+  std::string time;
+  std::string name;
+  int priority = 0;
+  int retries = 0;
+  std::vector<CLI::Option*> options;  // nodes, gpus_per_node, gpus, time, name, priority, retries
+
+  void add_to(CLI::App* app) {
+    const CLI::Validator positive = integer_at_least(1, "a positive integer");
+    options = {
+        app->add_option("--nodes,-N", nodes, "Run on exactly this many nodes (resources.nodes)")->check(positive),
+        app->add_option("--gpus-per-node", gpus_per_node, "GPUs on each node (resources.gpus_per_node)")
+            ->check(positive),
+        app->add_option("--gpus,-G", gpus, "GPUs in all (resources.gpus)")->check(positive),
+        app->add_option("--time", time, "Time limit: 90s, 30m, 2h, 1d (time_limit)"),
+        app->add_option("--name,-J", name, "Job name (name)"),
+        app->add_option("--priority", priority, "Priority, -1000 to 1000 (priority)")
+            ->check(integer_at_least(-1000, "an integer from -1000 to 1000")),
+        app->add_option("--retries", retries, "Times a failed attempt is retried, 0 to 10 (retries)")
+            ->check(integer_at_least(0, "an integer from 0 to 10")),
+    };
+  }
+
+  // What was given, with the command after `--` (none: keep the spec's).
+  model::SpecOverrides overrides(const std::vector<std::string>& command) const {
+    model::SpecOverrides o;
+    if (*options[0]) o.nodes = nodes;
+    if (*options[1]) o.gpus_per_node = gpus_per_node;
+    if (*options[2]) o.gpus = gpus;
+    if (*options[3]) o.time_limit = time;
+    if (*options[4]) o.name = name;
+    if (*options[5]) o.priority = priority;
+    if (*options[6]) o.retries = retries;
+    if (!command.empty()) {
+      o.command = command;
+      // A job without a name is named after its program, as sbatch --wrap names it "wrap".
+      if (!o.name) o.name = job_name_for(command.front());
+    }
+    return o;
+  }
+
+  // "/usr/bin/python3.11" -> "python3.11"; characters a name may not hold become '_'.
+  static std::string job_name_for(const std::string& program) {
+    std::string base = program.substr(program.find_last_of('/') == std::string::npos ? 0 : program.find_last_of('/') + 1);
+    std::string out;
+    for (char c : base.substr(0, 64)) {
+      out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+    }
+    return out.empty() ? "job" : out;
+  }
+};
+
 }  // namespace
 
-int run_app(const std::vector<std::string>& args, AppContext& ctx) {
+int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
+  // Everything after the first `--` is the job's command (submit and run), passed as typed.
+  std::vector<std::string> args = all_args;
+  std::vector<std::string> command;
+  bool has_command = false;
+  if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+    command.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
+    has_command = true;
+  }
   CLI::App app{"corral: submit GPU jobs to a corral cluster and watch them", "corral"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_line("corral"));
@@ -52,7 +117,10 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
 
   SubmitOptions submit_opts;
   auto* submit = app.add_subcommand("submit", "Validate a job spec and submit it");
-  submit->add_option("FILE", submit_opts.file, "The job spec (YAML); - reads it from standard input")->required();
+  submit->add_option("FILE", submit_opts.file,
+                     "The job spec (YAML); - reads it from standard input; none: the command after -- with the flags");
+  SpecFlags submit_flags;
+  submit_flags.add_to(submit);
   submit->add_flag("--dry-run", submit_opts.dry_run,
                    "Say where the job would start, or why it would wait; submit nothing");
   submit->add_flag("--json", submit_opts.json, "Print the coordinator's JSON answer");
@@ -60,6 +128,17 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   submit->add_option("--export", submit_opts.export_env,
                      "Which of this shell's environment variables the job gets: ALL (default), NONE, or "
                      "VAR,VAR,... (as sbatch; overrides the spec's export:)");
+
+  RunOptions run_opts;
+  auto* run = app.add_subcommand(
+      "run", "Submit a job and stay with it: wait for it to start, stream its output, exit with its code (as srun)");
+  run->add_option("FILE", run_opts.submit.file, "The job spec (YAML), or none: the command after -- with the flags");
+  SpecFlags run_flags;
+  run_flags.add_to(run);
+  run->add_flag("--label,-l", run_opts.label, "Prefix each output line with its rank (\"3: ...\")");
+  run->add_option("--rank", run_opts.rank, "Show only this rank's output")
+      ->check(integer_at_least(0, "a rank number (0 or more)"));
+  run->add_option("--export", run_opts.submit.export_env, "As for submit");
 
   QueueOptions queue_opts;
   auto* queue = app.add_subcommand("queue", "List live jobs (PENDING, STARTING, RUNNING)");
@@ -145,6 +224,8 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
     wait_opts.timeout = *t;
   }
   if (*drain && drain_opts.reason.empty()) return usage("drain: --reason must not be empty");
+  if (has_command && !*submit && !*run) return usage("a command after -- is for submit and run only");
+  if (has_command && command.empty()) return usage("nothing after --: give the command to run");
   if (*cancel && cancel_opts.jobs.empty() && cancel_opts.users.empty() && cancel_opts.states.empty()) {
     return usage("cancel: name the jobs (JOB...), or choose them with --user and/or --state");
   }
@@ -155,12 +236,20 @@ int run_app(const std::vector<std::string>& args, AppContext& ctx) {
   std::optional<std::string> config;
   if (*config_opt) config = config_file;
   auto api = ctx.make_api([config, env = ctx.env] { return load_connection_settings(config, env); });
-  CommandContext cc{*api, ctx.out, ctx.err, ctx.clock, ctx.sleep};
+  CommandContext cc{*api, ctx.out, ctx.err, ctx.clock, ctx.sleep, ctx.interrupts, ctx.err_is_tty};
   if (*submit) {
     submit_opts.submit_dir = ctx.cwd;
     submit_opts.environ = ctx.environ;
     submit_opts.in = ctx.in;
+    submit_opts.overrides = submit_flags.overrides(command);
     return run_submit(cc, submit_opts);
+  }
+  if (*run) {
+    run_opts.submit.submit_dir = ctx.cwd;
+    run_opts.submit.environ = ctx.environ;
+    run_opts.submit.in = ctx.in;
+    run_opts.submit.overrides = run_flags.overrides(command);
+    return run_run(cc, run_opts);
   }
   if (*queue) return run_queue(cc, queue_opts);
   if (*show) return run_show(cc, show_opts);

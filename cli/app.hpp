@@ -28,6 +28,8 @@ struct AppContext {
   // environment (`--export` chooses which of it).
   std::string cwd = {};
   std::istream* in = nullptr;  // standard input (`corral submit -`)
+  std::function<int()> interrupts = {};  // Ctrl-C presses so far
+  bool err_is_tty = false;
   model::EnvList environ = {};
 };
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <ostream>
 #include <sstream>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -90,28 +91,81 @@ std::string query_list(const std::vector<std::string>& items) {
 
 }  // namespace
 
-int run_submit(CommandContext& ctx, const SubmitOptions& options) {
-  const model::SpecLimits limits;
-  const bool from_stdin = options.file == "-";
-  if (from_stdin && options.in == nullptr) {
-    return fail(ctx, Error(ErrorCode::InvalidArgument, "no standard input to read the spec from"));
+namespace {
+
+// The field a problem is about, as its flag when a flag set it.
+std::optional<std::string> flag_for(const model::SpecOverrides& overrides, const std::string& path) {
+  for (const auto& [field, flag] : overrides.fields()) {
+    if (path == field || path.rfind(field + ".", 0) == 0) return flag;
   }
-  // Messages about a spec read from standard input name it "stdin".
-  const std::string file_name = from_stdin ? "stdin" : options.file;
-  auto text = from_stdin ? read_spec_stream(*options.in, limits.max_file_bytes)
-                         : read_spec(options.file, limits.max_file_bytes);
-  if (!text) return fail(ctx, text.error());
-  // Checked here first so that every problem is shown with the path as typed, which
-  // editors and terminals can jump to, before anything is sent.
-  auto spec = model::parse_job_spec(*text, file_name, limits);
-  if (!spec) {
-    if (spec.error().code() != ErrorCode::InvalidArgument) return fail(ctx, spec.error());
-    ctx.err << spec.error().message() << "\n";
+  return std::nullopt;
+}
+
+// The spec as it will be sent: the file (or standard input, or nothing) with the flags
+// applied, checked here first so that every problem is shown before anything is sent:
+// those of the file with its path, line and column as typed, which editors and
+// terminals jump to; those of a flag by the flag's name. An exit code on failure.
+std::variant<int, std::pair<std::string, model::JobSpec>> final_spec(CommandContext& ctx, const SubmitOptions& options,
+                                                                     std::string& file_name) {
+  const model::SpecLimits limits;
+  const auto& overrides = options.overrides;
+  std::string text;
+  if (options.file.empty()) {
+    if (!overrides.command) {
+      ctx.err << "corral: give a job spec FILE (- for standard input), or the command after --\n";
+      return kExitUsage;
+    }
+    file_name = "command line";
+  } else {
+    const bool from_stdin = options.file == "-";
+    if (from_stdin && options.in == nullptr) {
+      return fail(ctx, Error(ErrorCode::InvalidArgument, "no standard input to read the spec from"));
+    }
+    // Messages about a spec read from standard input name it "stdin".
+    file_name = from_stdin ? "stdin" : options.file;
+    auto read = from_stdin ? read_spec_stream(*options.in, limits.max_file_bytes)
+                           : read_spec(options.file, limits.max_file_bytes);
+    if (!read) return fail(ctx, read.error());
+    text = std::move(*read);
+    auto parsed = model::parse_job_spec_detailed(text, limits);
+    bool any = false;
+    for (const auto& p : parsed.problems) {
+      if (flag_for(overrides, p.path)) continue;  // the flag replaces what was wrong
+      ctx.err << p.format(file_name) << "\n";
+      any = true;
+    }
+    if (any) return kExitUsage;
+    if (overrides.empty()) return std::pair{std::move(text), std::move(*parsed.spec)};
+  }
+  std::string final_text = model::apply_spec_overrides(text, overrides, limits);
+  auto parsed = model::parse_job_spec_detailed(final_text, limits);
+  if (!parsed.problems.empty()) {
+    for (const auto& p : parsed.problems) {
+      auto flag = flag_for(overrides, p.path);
+      // "--time: expected a duration ...", or "--nodes: resources.gpus: must be a multiple ..."
+      // for a field the flag did not set but made wrong.
+      const auto fields = overrides.fields();
+      const bool flag_field = flag && std::any_of(fields.begin(), fields.end(), [&](const auto& f) {
+                                return f.first == p.path && f.second == *flag;
+                              });
+      ctx.err << (flag ? *flag : file_name) << ": " << (p.path.empty() || flag_field ? "" : p.path + ": ")
+              << p.message << "\n";
+    }
     return kExitUsage;
   }
+  return std::pair{std::move(final_text), std::move(*parsed.spec)};
+}
+
+}  // namespace
+
+std::variant<int, std::string> send_submission(CommandContext& ctx, const SubmitOptions& options) {
+  std::string file_name;
+  auto checked = final_spec(ctx, options, file_name);
+  if (auto* code = std::get_if<int>(&checked)) return *code;
+  auto& [text, spec] = std::get<1>(checked);
   // As sbatch: the job takes this shell's environment (--export, else the spec's export:)
   // and starts where we are unless the spec names a workdir.
-  model::ExportChoice choice = spec->export_env.value_or(model::ExportChoice{});
+  model::ExportChoice choice = spec.export_env.value_or(model::ExportChoice{});
   if (options.export_env) {
     auto flag = model::parse_export_choice(*options.export_env, "--export");
     if (!flag) return fail(ctx, flag.error());
@@ -121,8 +175,9 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   if (!exported) return fail(ctx, exported.error());
   Json environment = Json::array();
   for (const auto& [k, v] : *exported) environment.push_back(Json::array({k, v}));
-  Json body{{"spec", *text},
-            {"file", from_stdin ? file_name : std::filesystem::path(options.file).filename().string()},
+  const bool named_file = !options.file.empty() && options.file != "-";
+  Json body{{"spec", text},
+            {"file", named_file ? std::filesystem::path(options.file).filename().string() : file_name},
             {"dry_run", options.dry_run},
             {"environment", environment}};
   if (!options.submit_dir.empty()) body["submit_dir"] = options.submit_dir;
@@ -137,14 +192,21 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   }
   const int expected = options.dry_run ? 200 : 201;
   if (r->status != expected) return fail(ctx, error_from_response(*r));
-  if (options.json) return print_json(ctx, r->body);
+  return std::move(r->body);
+}
+
+int run_submit(CommandContext& ctx, const SubmitOptions& options) {
+  auto sent = send_submission(ctx, options);
+  if (auto* code = std::get_if<int>(&sent)) return *code;
+  const std::string& answer = std::get<std::string>(sent);
+  if (options.json) return print_json(ctx, answer);
   if (options.dry_run) {
-    auto d = parse_dry_run(r->body);
+    auto d = parse_dry_run(answer);
     if (!d) return fail(ctx, d.error());
     ctx.out << format_dry_run(*d);
     return kExitOk;
   }
-  auto id = parse_submitted_id(r->body);
+  auto id = parse_submitted_id(answer);
   if (!id) return fail(ctx, id.error());
   if (options.parsable) {
     ctx.out << *id << "\n";

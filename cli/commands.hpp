@@ -8,10 +8,12 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "cli/api_client.hpp"
 #include "common/core/time.hpp"
+#include "common/model/job_spec_yaml.hpp"
 #include "common/model/submission.hpp"
 
 namespace corral::cli {
@@ -23,6 +25,9 @@ struct CommandContext {
   const Clock& clock;
   // Waits between polls; tests pass one that only advances a fake clock.
   std::function<void(Duration)> sleep;
+  // How many times Ctrl-C (SIGINT) was pressed so far; unset: never.
+  std::function<int()> interrupts = {};
+  bool err_is_tty = false;  // stderr is a terminal: `run` shows a spinner while pending
 };
 
 struct SubmitOptions {
@@ -34,6 +39,16 @@ struct SubmitOptions {
   model::EnvList environ = {};            // the submitting process's environment
   std::istream* in = nullptr;             // standard input, for "-"
   bool parsable = false;                  // print the id alone (sbatch --parsable)
+  model::SpecOverrides overrides = {};    // --nodes, --time, -- COMMAND, ...: replace the spec's
+};
+
+// `corral run`: a submission followed to its end.
+struct RunOptions {
+  SubmitOptions submit;
+  bool label = false;         // prefix each line with its rank ("3: ...")
+  std::optional<int> rank;    // only this rank's output
+  Duration poll_interval = std::chrono::milliseconds(250);
+  Duration start_poll_interval = std::chrono::milliseconds(500);
 };
 
 struct QueueOptions {
@@ -92,7 +107,14 @@ struct NodeOptions {
   bool json = false;
 };
 
+// Checks the spec (file, standard input or flags alone) and sends it: the coordinator's
+// answer, or the exit code once the failure has been printed.
+std::variant<int, std::string> send_submission(CommandContext& ctx, const SubmitOptions& options);
 int run_submit(CommandContext& ctx, const SubmitOptions& options);
+// Submits, waits for the job to start (saying why it waits), streams its ranks' output
+// line by line to `out`, and exits as `wait` does. Ctrl-C cancels the job and goes on
+// showing it until it ends; a second Ctrl-C within a second leaves it running (130).
+int run_run(CommandContext& ctx, const RunOptions& options);
 int run_queue(CommandContext& ctx, const QueueOptions& options);
 int run_show(CommandContext& ctx, const JobOptions& options);
 int run_nodes(CommandContext& ctx, bool json);

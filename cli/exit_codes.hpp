@@ -16,6 +16,8 @@ inline constexpr int kExitUnreachable = 3;  // connection, TLS or authentication
 // are for the ends that have none.
 inline constexpr int kExitJobTimeout = 124;    // TIMEOUT (as coreutils' timeout)
 inline constexpr int kExitJobCancelled = 125;  // CANCELLED
+// `corral run` stopped following on Ctrl-C (128 + SIGINT, as a shell reports it).
+inline constexpr int kExitInterrupted = 130;
 
 // The exit code for a failed call. Codes are chosen where the failure is classified
 // (see api_client.hpp): transport and authentication failures are Unavailable, Timeout

@@ -1,13 +1,23 @@
 // corral: the command-line tool for people. Parses and dispatches (cli/app.cpp); the
 // real streams, environment, clock and HTTPS client are wired in here.
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "cli/app.hpp"
+
+namespace {
+
+std::atomic<int> g_interrupts{0};
+
+void on_sigint(int) { g_interrupts.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace corral;
@@ -24,6 +34,16 @@ int main(int argc, char** argv) {
   std::error_code ec;
   ctx.cwd = std::filesystem::current_path(ec).string();
   ctx.in = &std::cin;
+  ctx.err_is_tty = ::isatty(STDERR_FILENO) == 1;
+  // `corral run` turns Ctrl-C into a cancel (or a detach); every other command keeps the
+  // default, so Ctrl-C ends it at once.
+  if (!args.empty() && args.front() == "run") {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ctx.interrupts = [] { return g_interrupts.load(std::memory_order_relaxed); };
+  }
   for (char** e = ::environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view kv(*e);
     auto eq = kv.find('=');

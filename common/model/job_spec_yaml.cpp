@@ -867,3 +867,96 @@ Result<JobSpec> parse_job_spec(std::string_view yaml_text, std::string_view file
 }
 
 }  // namespace corral::model
+
+namespace corral::model {
+
+bool SpecOverrides::empty() const {
+  return !name && !command && !nodes && !gpus_per_node && !gpus && !time_limit && !priority && !retries;
+}
+
+std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (name) out.emplace_back("name", "--name");
+  if (command) out.emplace_back("command", "-- COMMAND");
+  if (nodes) out.emplace_back("resources.nodes", "--nodes");
+  if (gpus_per_node) out.emplace_back("resources.gpus_per_node", "--gpus-per-node");
+  if (gpus) out.emplace_back("resources.gpus", "--gpus");
+  if (nodes || gpus_per_node || gpus) out.emplace_back("resources", gpus ? "--gpus" : gpus_per_node ? "--gpus-per-node" : "--nodes");
+  if (time_limit) out.emplace_back("time_limit", "--time");
+  if (priority) out.emplace_back("priority", "--priority");
+  if (retries) out.emplace_back("retries", "--retries");
+  return out;
+}
+
+namespace {
+
+// An integer field of `map`, when it is one.
+std::optional<std::int64_t> integer_field(const YAML::Node& map, const char* key) {
+  const YAML::Node v = map[key];
+  if (!v.IsDefined() || !v.IsScalar()) return std::nullopt;
+  return spec_text::parse_integer(v.Scalar());
+}
+
+std::string overridden(std::string_view yaml_text, const SpecOverrides& o, const SpecLimits& limits) {
+  YAML::Node root;
+  if (!yaml_text.empty()) {
+    if (yaml_text.size() > limits.max_file_bytes) return std::string(yaml_text);
+    root = YAML::Load(std::string(yaml_text));
+    if (second_document(std::string(yaml_text))) return std::string(yaml_text);
+    std::vector<SpecProblem> problems;
+    SpecReader reader(limits, problems);
+    if (!root.IsMap() || !reader.within_bounds(root)) return std::string(yaml_text);
+  } else {
+    root = YAML::Node(YAML::NodeType::Map);
+  }
+  if (o.name) root["name"] = *o.name;
+  if (o.command) {
+    YAML::Node list(YAML::NodeType::Sequence);
+    for (const auto& arg : *o.command) list.push_back(arg);
+    root["command"] = list;
+  }
+  if (o.nodes || o.gpus_per_node || o.gpus || !root["resources"].IsDefined()) {
+    YAML::Node res = root["resources"];
+    if (!res.IsMap()) {
+      res = YAML::Node(YAML::NodeType::Map);
+      root["resources"] = res;
+    }
+    if (o.nodes) res["nodes"] = *o.nodes;
+    if (o.gpus_per_node) {
+      res["gpus_per_node"] = *o.gpus_per_node;
+      res.remove("gpus");
+    }
+    if (o.gpus) {
+      res["gpus"] = *o.gpus;
+      res.remove("gpus_per_node");
+    }
+    // A total with a node count becomes a count per node when the nodes divide it.
+    auto nodes = integer_field(res, "nodes");
+    auto total = integer_field(res, "gpus");
+    if (nodes && total && *nodes > 0 && *total % *nodes == 0) {
+      res["gpus_per_node"] = *total / *nodes;
+      res.remove("gpus");
+    }
+    if (!res["gpus"].IsDefined() && !res["gpus_per_node"].IsDefined()) res["gpus_per_node"] = 1;
+  }
+  if (o.time_limit) root["time_limit"] = *o.time_limit;
+  if (o.priority) root["priority"] = *o.priority;
+  if (o.retries) root["retries"] = *o.retries;
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace
+
+std::string apply_spec_overrides(std::string_view yaml_text, const SpecOverrides& overrides, const SpecLimits& limits) {
+  if (overrides.empty() && !yaml_text.empty()) return std::string(yaml_text);
+  try {
+    return overridden(yaml_text, overrides, limits);
+  } catch (const std::exception&) {
+    // Not YAML the parser could read: it says why, with the position.
+    return std::string(yaml_text);
+  }
+}
+
+}  // namespace corral::model

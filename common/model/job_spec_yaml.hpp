@@ -2,8 +2,10 @@
 // Parses and validates a job spec written in YAML. yaml-cpp stays inside the .cpp.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/core/error.hpp"
@@ -51,5 +53,32 @@ SpecParseResult parse_job_spec_detailed(std::string_view yaml_text, const SpecLi
 // InvalidArgument with every problem, one per line, each "file:line:col: path: message".
 Result<JobSpec> parse_job_spec(std::string_view yaml_text, std::string_view file_name,
                                const SpecLimits& limits = {});
+
+// Fields given on the command line (`corral submit --nodes 2 -- python train.py`), which
+// replace the spec's own. Values are as typed; the parser checks them like any spec.
+struct SpecOverrides {
+  std::optional<std::string> name;
+  std::optional<std::vector<std::string>> command;  // a list: executed without a shell
+  std::optional<int> nodes;
+  std::optional<int> gpus_per_node;
+  std::optional<int> gpus;                          // in all
+  std::optional<std::string> time_limit;
+  std::optional<int> priority;
+  std::optional<int> retries;
+
+  bool empty() const;
+  // The spec fields (as parser paths: "resources.nodes") these replace, each with the flag
+  // that set it, so a problem in one can be named by its flag.
+  std::vector<std::pair<std::string, std::string>> fields() const;
+};
+
+// The spec text with the overridden fields replaced, resources kept consistent: a
+// per-node count replaces a total and the other way round; nodes with a total the nodes
+// divide becomes a per-node count. From an empty text: a spec of these fields alone, with
+// one GPU per node unless a count is given. Fields not named are kept as written (comments
+// are not). Text that is not a YAML map within `limits` comes back unchanged, for the
+// parser to report.
+std::string apply_spec_overrides(std::string_view yaml_text, const SpecOverrides& overrides,
+                                 const SpecLimits& limits = {});
 
 }  // namespace corral::model

@@ -571,5 +571,70 @@ TEST(JobSpecYaml, NeverThrowsOnHostileInput) {
   }
 }
 
+// ---- command-line overrides
+
+JobSpec parsed(const std::string& text) {
+  auto spec = parse_job_spec(text, "t.yaml");
+  EXPECT_TRUE(spec.has_value()) << text << "\n" << (spec ? "" : spec.error().message());
+  return spec ? *spec : JobSpec{};
+}
+
+TEST(SpecOverrides, FlagsAloneMakeASpecWithOneGpuPerNodeAndTheCommandAsAList) {
+  SpecOverrides o;
+  o.name = "echo";
+  o.command = std::vector<std::string>{"/bin/echo", "a b", "$HOME", "--x: y"};
+  JobSpec spec = parsed(apply_spec_overrides("", o));
+  EXPECT_EQ(spec.name, "echo");
+  EXPECT_FALSE(spec.command.shell);
+  EXPECT_EQ(spec.command.argv, (std::vector<std::string>{"/bin/echo", "a b", "$HOME", "--x: y"}));
+  EXPECT_EQ(spec.gpus_per_node, 1);
+  o.nodes = 2;
+  o.gpus = 8;
+  o.time_limit = "1h";
+  o.priority = -5;
+  o.retries = 2;
+  spec = parsed(apply_spec_overrides("", o));
+  EXPECT_EQ(spec.nodes, 2);
+  EXPECT_EQ(spec.gpus_per_node, 4);  // 8 in all over 2 nodes
+  EXPECT_EQ(spec.time_limit, std::chrono::hours(1));
+  EXPECT_EQ(spec.priority, -5);
+  EXPECT_EQ(spec.retries, 2);
+}
+
+TEST(SpecOverrides, FlagsReplaceTheFilesFieldsAndKeepTheRest) {
+  const std::string file =
+      "name: train\ncommand: python3 train.py\nenv: {A: \"1\"}\nresources:\n  gpus: 8\n  gpu: {model: \"NVIDIA A100*\"}\n"
+      "launch: {mode: nccl}\n";
+  SpecOverrides o;
+  o.gpus_per_node = 2;
+  JobSpec spec = parsed(apply_spec_overrides(file, o));
+  EXPECT_EQ(spec.gpus_per_node, 2);
+  EXPECT_FALSE(spec.total_gpus.has_value());  // a per-node count replaces the total
+  EXPECT_EQ(spec.gpu.model, "NVIDIA A100*");
+  EXPECT_EQ(spec.mode, LaunchMode::Nccl);
+  EXPECT_EQ(spec.env, (std::vector<std::pair<std::string, std::string>>{{"A", "1"}}));
+  EXPECT_TRUE(spec.command.shell);
+  SpecOverrides n;
+  n.nodes = 4;
+  spec = parsed(apply_spec_overrides(file, n));
+  EXPECT_EQ(spec.nodes, 4);
+  EXPECT_EQ(spec.gpus_per_node, 2);  // the file's 8 in all, over 4 nodes
+  EXPECT_EQ(apply_spec_overrides(file, {}), file);  // no flags: the file as written
+}
+
+TEST(SpecOverrides, TextThatIsNotAMapWithinTheLimitsIsLeftForTheParserToReport) {
+  SpecOverrides o;
+  o.nodes = 2;
+  for (std::string text : {"[1, 2]", "a: [b", "name: x\n---\nname: y\n"}) {
+    EXPECT_EQ(apply_spec_overrides(text, o), text);
+  }
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'h'; ++c) {
+    bomb += std::string(1, c) + ": &" + std::string(1, c) + " [*" + std::string(1, c - 1) + ", *" +
+            std::string(1, c - 1) + ", *" + std::string(1, c - 1) + ", *" + std::string(1, c - 1) + "]\n";
+  }
+  EXPECT_EQ(apply_spec_overrides(bomb, o), bomb);
+}
+
 }  // namespace
 }  // namespace corral::model

@@ -1,0 +1,224 @@
+// The real `corral` binary, as a person or a script runs it, against a real coordinator
+// and two real agents (simulated inventories) over TLS on loopback: run, spec-less
+// submit, standard input, filters, bulk cancel, logs -f on a pending job, Ctrl-C.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/support/cluster.hpp"
+#include "tests/support/eventually.hpp"
+
+namespace corral {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+using testing::AgentProcess;
+using testing::CoordinatorProcess;
+using testing::current_user;
+using testing::eventually;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(sim_) << "driver: \"550.54.15\"\ncuda: \"12.4\"\n"
+                           "gpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n";
+    ASSERT_TRUE(coord_.init_ok());
+    ASSERT_TRUE(coord_.start());
+    a_ = std::make_unique<AgentProcess>(coord_, dir_, "gpu-a", sim_);
+    b_ = std::make_unique<AgentProcess>(coord_, dir_, "gpu-b", sim_);
+    ASSERT_TRUE(a_->start());
+    ASSERT_TRUE(b_->start());
+  }
+
+  void TearDown() override {
+    corral({"cancel", "--state", "PENDING,STARTING,RUNNING"});
+    if (HasFailure()) {
+      for (const auto& line : coord_.process().lines()) std::cerr << "coordinator: " << line << "\n";
+    }
+  }
+
+  std::vector<std::string> env(const std::string& token = {}) const {
+    return {"HOME=" + dir_.path().string(), "XDG_CONFIG_HOME=" + dir_.file("xdg"), "CORRAL_URL=" + coord_.url(),
+            "CORRAL_TOKEN=" + (token.empty() ? coord_.token() : token), "CORRAL_CA=" + coord_.ca()};
+  }
+
+  // `corral args...`, to its end.
+  Outcome corral(const std::vector<std::string>& args, const std::string& token = {}) {
+    std::vector<std::string> argv{CORRAL_CLI_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, token);
+  }
+
+  // A shell line with `corral` on its PATH's front, for pipes.
+  Outcome shell(const std::string& line) {
+    std::string bin = CORRAL_CLI_BIN;
+    return run({"/bin/sh", "-c", "PATH=" + bin.substr(0, bin.rfind('/')) + ":$PATH; " + line}, {});
+  }
+
+  Outcome run(const std::vector<std::string>& argv, const std::string& token) {
+    testing::Child child;
+    Outcome o;
+    if (!child.start(argv, env(token))) return o;
+    o.out = child.read_stdout();
+    int status = child.wait();
+    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    for (const auto& line : child.lines()) o.err += line + "\n";
+    return o;
+  }
+
+  Json job(std::int64_t id) {
+    auto o = corral({"show", std::to_string(id), "--json"});
+    return o.exit_code == 0 ? Json::parse(o.out) : Json{};
+  }
+
+  testing::TempDir dir_;
+  std::string sim_ = dir_.file("sim.yaml");
+  CoordinatorProcess coord_{dir_, "", current_user()};
+  std::unique_ptr<AgentProcess> a_;
+  std::unique_ptr<AgentProcess> b_;
+};
+
+TEST_F(CliClusterTest, RunStreamsEveryRanksLinesLabelledAndExitsWithTheJobsCode) {
+  auto o = corral({"run", "-N", "2", "--gpus-per-node", "2", "--label", "--", "sh", "-c",
+                   "echo \"rank $RANK of $WORLD_SIZE\"; echo \"bye $RANK\""});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < 4; ++r) {
+    std::string rank = std::to_string(r);
+    EXPECT_NE(o.out.find(rank + ": rank " + rank + " of 4\n"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find(rank + ": bye " + rank + "\n"), std::string::npos) << o.out;
+  }
+  // A rank that fails at once: its output is all there, and its code is corral's.
+  for (int i = 0; i < 3; ++i) {
+    o = corral({"run", "--gpus", "1", "--", "sh", "-c", "echo failing; exit 3"});
+    EXPECT_EQ(o.exit_code, 3) << o.err;
+    EXPECT_EQ(o.out, "failing\n");
+    EXPECT_NE(o.err.find("FAILED (RankFailed): rank 0 on gpu-"), std::string::npos) << o.err;
+  }
+  o = corral({"run", "-N", "2", "--gpus-per-node", "1", "--rank", "1", "--", "sh", "-c", "echo $RANK"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "1\n");
+}
+
+TEST_F(CliClusterTest, RunOfASpecFileTakesTheFlagsOverTheSpec) {
+  std::ofstream(dir_.file("job.yaml")) << "name: from-file\ncommand: echo $WORLD_SIZE\nresources: {gpus: 1}\n";
+  auto o = corral({"run", dir_.file("job.yaml"), "--nodes", "2", "--gpus-per-node", "2", "--rank", "0"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "4\n");
+}
+
+TEST_F(CliClusterTest, CtrlCCancelsTheJobAndASecondWithinASecondLeavesItRunning) {
+  for (bool twice : {false, true}) {
+    testing::Child child;
+    std::vector<std::string> argv{CORRAL_CLI_BIN, "run", "--name", twice ? "left" : "stopped", "--gpus", "1", "--",
+                                  "sleep", "60"};
+    ASSERT_TRUE(child.start(argv, env()));
+    std::int64_t id = 0;
+    ASSERT_TRUE(eventually([&] {
+      auto q = corral({"queue", "--state", "RUNNING", "--json"});
+      for (const auto& j : Json::parse(q.out.empty() ? "[]" : q.out)) {
+        if (j["name"] == (twice ? "left" : "stopped")) id = j["id"];
+      }
+      return id != 0;
+    }, 20s));
+    ::kill(child.pid(), SIGINT);
+    if (twice) {
+      ASSERT_TRUE(child.wait_for_line("Ctrl-C again within 1 s leaves it running", 5s));
+      ::kill(child.pid(), SIGINT);
+    }
+    child.read_stdout();
+    int status = child.wait();
+    ASSERT_TRUE(WIFEXITED(status));
+    if (twice) {
+      EXPECT_EQ(WEXITSTATUS(status), 130);
+      EXPECT_TRUE(child.wait_for_line("left running", 1s));
+      EXPECT_EQ(job(id)["state"], "RUNNING");
+      EXPECT_EQ(corral({"cancel", std::to_string(id)}).exit_code, 0);
+    } else {
+      EXPECT_EQ(WEXITSTATUS(status), 125);  // as `wait` says for CANCELLED
+      EXPECT_EQ(job(id)["state"], "CANCELLED");
+    }
+  }
+}
+
+TEST_F(CliClusterTest, SpecLessSubmitStandardInputAndLogsFollowOnAPendingJob) {
+  // The cluster is full: the next job waits, and `logs -f` waits with it.
+  auto blocker = corral({"submit", "--parsable", "-N", "2", "--gpus-per-node", "2", "--name", "blocker", "--",
+                         "sleep", "60"});
+  ASSERT_EQ(blocker.exit_code, 0) << blocker.err;
+  const std::string blocker_id = blocker.out.substr(0, blocker.out.find('\n'));
+  auto waiting = shell("printf 'name: piped\\ncommand: echo from stdin\\nresources: {gpus_per_node: 1}\\n' | "
+                       "corral submit - --parsable");
+  ASSERT_EQ(waiting.exit_code, 0) << waiting.err;
+  const std::string id = waiting.out.substr(0, waiting.out.find('\n'));
+  EXPECT_EQ(job(std::stoll(id))["state"], "PENDING");
+  EXPECT_EQ(job(std::stoll(id))["name"], "piped");
+  testing::Child follow;
+  ASSERT_TRUE(follow.start({CORRAL_CLI_BIN, "logs", "-f", id}, env()));
+  ASSERT_TRUE(follow.wait_for_line("is PENDING", 10s));
+  EXPECT_EQ(corral({"cancel", blocker_id}).exit_code, 0);
+  EXPECT_EQ(follow.read_stdout(), "from stdin\n");
+  EXPECT_EQ(WEXITSTATUS(follow.wait()), 0);
+  // Spec-less: the command after -- is executed as typed, named after its program.
+  auto o = corral({"submit", "--json", "--", "/bin/echo", "a b", "$HOME"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::int64_t spec_less = Json::parse(o.out)["id"];
+  EXPECT_EQ(corral({"wait", std::to_string(spec_less)}).exit_code, 0);
+  EXPECT_EQ(job(spec_less)["name"], "echo");
+  EXPECT_EQ(corral({"logs", std::to_string(spec_less)}).out, "a b $HOME\n");
+}
+
+TEST_F(CliClusterTest, QueueFiltersAndBulkCancelByStateAndById) {
+  std::string bob = coord_.add_user("bob");
+  auto submit = [&](const std::string& name, const std::string& token = {}) {
+    auto o = corral({"submit", "--parsable", "-N", "2", "--gpus-per-node", "2", "--name", name, "--", "sleep", "60"},
+                    token);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    return o.out.substr(0, o.out.find('\n'));
+  };
+  std::string mine1 = submit("mine1");
+  std::string mine2 = submit("mine2");
+  std::string bobs = submit("bobs", bob);
+  ASSERT_TRUE(eventually([&] { return job(std::stoll(mine1))["state"] == "RUNNING"; }, 20s));
+  auto q = corral({"queue", "--state", "PD", "--user", "bob," + current_user()});
+  EXPECT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NE(q.out.find("mine2"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("bobs"), std::string::npos) << q.out;
+  EXPECT_EQ(q.out.find("mine1"), std::string::npos) << q.out;
+  q = corral({"queue", "--me"}, bob);
+  EXPECT_NE(q.out.find("bobs"), std::string::npos) << q.out;
+  EXPECT_EQ(q.out.find("mine"), std::string::npos) << q.out;
+  EXPECT_EQ(corral({"queue", "--state", "SLEEPING"}).exit_code, 2);
+  // Bob may not cancel mine; his own goes, and the refusal is named.
+  auto c = corral({"cancel", mine2, bobs}, bob);
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_EQ(c.out, "Cancelled job " + bobs + "\n");
+  EXPECT_NE(c.err.find("job " + mine2 + " belongs to " + current_user()), std::string::npos) << c.err;
+  // My pending ones, by state: mine2 only; mine1 runs on.
+  c = corral({"cancel", "--state", "PENDING"});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out, "Cancelled job " + mine2 + "\n");
+  EXPECT_EQ(job(std::stoll(mine1))["state"], "RUNNING");
+}
+
+TEST_F(CliClusterTest, EveryProgramSaysItsVersion) {
+  for (const char* bin : {CORRAL_CLI_BIN, CORRAL_COORDINATOR_BIN, CORRAL_AGENT_BIN, CORRAL_WORKER_BIN}) {
+    auto o = run({bin, "--version"}, {});
+    EXPECT_EQ(o.exit_code, 0) << bin;
+    std::string name = std::string(bin).substr(std::string(bin).rfind('/') + 1);
+    EXPECT_EQ(o.out.rfind(name + " 0.", 0), 0u) << o.out;
+  }
+}
+
+}  // namespace
+}  // namespace corral
