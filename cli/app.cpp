@@ -44,7 +44,10 @@ struct SpecFlags {
   std::string name;
   int priority = 0;
   int retries = 0;
-  std::vector<CLI::Option*> options;  // nodes, gpus_per_node, gpus, time, name, priority, retries
+  std::vector<std::int64_t> after_ok;
+  std::vector<std::int64_t> after_any;
+  std::vector<std::int64_t> after_not_ok;
+  std::vector<CLI::Option*> options;  // in the order add_to adds them
 
   void add_to(CLI::App* app) {
     const CLI::Validator positive = integer_at_least(1, "a positive integer");
@@ -59,6 +62,16 @@ struct SpecFlags {
             ->check(integer_at_least(-1000, "an integer from -1000 to 1000")),
         app->add_option("--retries", retries, "Times a failed attempt is retried, 0 to 10 (retries)")
             ->check(integer_at_least(0, "an integer from 0 to 10")),
+        app->add_option("--after-ok", after_ok, "Start only after these jobs COMPLETED (ID,ID,...; after_ok)")
+            ->delimiter(',')
+            ->check(positive),
+        app->add_option("--after-any", after_any, "Start only after these jobs ended, however (after_any)")
+            ->delimiter(',')
+            ->check(positive),
+        app->add_option("--after-not-ok", after_not_ok,
+                        "Start only after these jobs ended other than COMPLETED (after_not_ok)")
+            ->delimiter(',')
+            ->check(positive),
     };
   }
 
@@ -72,6 +85,9 @@ struct SpecFlags {
     if (*options[4]) o.name = name;
     if (*options[5]) o.priority = priority;
     if (*options[6]) o.retries = retries;
+    if (*options[7]) o.after_ok = after_ok;
+    if (*options[8]) o.after_any = after_any;
+    if (*options[9]) o.after_not_ok = after_not_ok;
     if (!command.empty()) {
       o.command = command;
       // A job without a name is named after its program, as sbatch --wrap names it "wrap".

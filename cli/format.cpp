@@ -189,6 +189,11 @@ std::string format_job(const JobInfo& job, TimePoint now) {
   fields.emplace_back("Ended", cell(job.ended_at));
   if (!job.started_at.empty()) fields.emplace_back("Run time", format_elapsed(job_run_time(job, now)));
   fields.emplace_back("Master", master(job));
+  if (!job.dependencies.empty()) {
+    std::vector<std::string> deps;
+    for (const auto& [kind, id] : job.dependencies) deps.push_back(clean(kind) + " " + std::to_string(id));
+    fields.emplace_back("Depends on", join(deps, ", "));
+  }
   if (job.failed_rank) {
     fields.emplace_back("Failed rank",
                         std::to_string(*job.failed_rank) +

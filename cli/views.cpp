@@ -137,6 +137,13 @@ JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
     for (std::size_t i = 0; i < ranks->size(); ++i)
       job.ranks.push_back(read_rank((*ranks)[i], r.item_path("ranks", i), r));
   }
+  if (const Json* deps = r.array("dependencies", kMaxItems, false)) {
+    for (std::size_t i = 0; i < deps->size(); ++i) {
+      JsonReader e((*deps)[i], r.item_path("dependencies", i));
+      job.dependencies.emplace_back(text(e, "kind"), e.i64("job", 1, std::numeric_limits<std::int64_t>::max()));
+      r.absorb(e);
+    }
+  }
   if (const Json* events = r.array("events", kMaxItems, false)) {
     for (std::size_t i = 0; i < events->size(); ++i) {
       JsonReader e((*events)[i], r.item_path("events", i));

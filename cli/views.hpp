@@ -72,6 +72,7 @@ struct JobInfo {
   std::vector<std::string> fences;
   std::vector<RankInfo> ranks;
   std::optional<RendezvousInfo> rendezvous;
+  std::vector<std::pair<std::string, std::int64_t>> dependencies;  // (after_ok, 41), in spec order
   std::vector<EventInfo> events;
 
   // The allocation's node names: node_list, or else the ranks' nodes in rank order.

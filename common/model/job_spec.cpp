@@ -2,6 +2,15 @@
 
 namespace corral::model {
 
+std::string_view to_string(DependencyKind kind) {
+  switch (kind) {
+    case DependencyKind::AfterOk: return "after_ok";
+    case DependencyKind::AfterAny: return "after_any";
+    case DependencyKind::AfterNotOk: return "after_not_ok";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(LaunchMode mode) {
   switch (mode) {
     case LaunchMode::Torch: return "torch";

@@ -45,6 +45,19 @@ struct Command {
   bool operator==(const Command&) const = default;
 };
 
+// after_ok / after_any / after_not_ok: jobs that must end (COMPLETED; in any state; in
+// any state but COMPLETED) before this one may start.
+enum class DependencyKind { AfterOk, AfterAny, AfterNotOk };
+std::string_view to_string(DependencyKind kind);  // "after_ok", ...
+inline constexpr std::size_t kMaxDependencies = 1000;  // each list
+
+struct Dependency {
+  DependencyKind kind = DependencyKind::AfterOk;
+  std::int64_t job = 0;
+
+  bool operator==(const Dependency&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   Command command;
@@ -74,6 +87,7 @@ struct JobSpec {
   std::optional<Duration> time_limit;
   int priority = 0;                                          // -1000..1000
   int retries = 0;                                           // 0..10
+  std::vector<Dependency> dependencies;                      // in spec order: after_ok, after_any, after_not_ok
 
   bool operator==(const JobSpec&) const = default;
 };

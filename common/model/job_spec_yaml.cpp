@@ -32,8 +32,9 @@ using spec_text::reserved_env_problem;
 using spec_text::valid_env_name;
 using spec_text::valid_job_name;
 
-constexpr std::array<std::string_view, 10> kTopFields = {
-    "name", "command", "workdir", "env", "export", "resources", "launch", "time_limit", "priority", "retries"};
+constexpr std::array<std::string_view, 13> kTopFields = {
+    "name",       "command",  "workdir", "env",     "export",    "resources",   "launch",
+    "time_limit", "priority", "retries", "after_ok", "after_any", "after_not_ok"};
 constexpr std::array<std::string_view, 4> kResourceFields = {"nodes", "gpus_per_node", "gpus", "gpu"};
 constexpr std::array<std::string_view, 3> kGpuFields = {"model", "min_memory_gb", "min_cuda"};
 constexpr std::array<std::string_view, 6> kLaunchFields = {"mode",
@@ -149,6 +150,7 @@ class SpecReader {
   void read_gpu(const Entry& entry, GpuConstraint& gpu);
   LaunchFields read_launch(const Entry& entry, JobSpec& spec);
   void read_time_limit(const Entry& entry, JobSpec& spec);
+  void read_dependencies(const Entry& entry, DependencyKind kind, JobSpec& spec);
   void check_shape(const Entry& resources, const ResourceFields& res, const LaunchFields& launch,
                    JobSpec& spec);
 
@@ -335,8 +337,38 @@ std::optional<JobSpec> SpecReader::read(const YAML::Node& root) {
   if (auto it = top.find("retries"); it != top.end()) {
     if (auto value = read_in_range(it->second, 0, 10)) spec.retries = *value;
   }
+  for (DependencyKind kind : {DependencyKind::AfterOk, DependencyKind::AfterAny, DependencyKind::AfterNotOk}) {
+    if (auto it = top.find(to_string(kind)); it != top.end()) read_dependencies(it->second, kind, spec);
+  }
   if (problems_.size() != problems_before) return std::nullopt;
   return spec;
+}
+
+void SpecReader::read_dependencies(const Entry& entry, DependencyKind kind, JobSpec& spec) {
+  constexpr std::string_view kExpectation = "must be a job id (a positive integer)";
+  auto one = [&](const YAML::Node& item, const std::string& path, Position at) {
+    if (!item.IsScalar()) {
+      add(at, path, std::string(kExpectation) + ", got " + describe(item));
+      return;
+    }
+    auto id = parse_integer(item.Scalar());
+    if (!id || *id < 1) {
+      add(at, path, std::string(kExpectation) + ", got " + quote_for_message(item.Scalar()));
+      return;
+    }
+    spec.dependencies.push_back({kind, *id});
+  };
+  if (!entry.value.IsSequence()) return one(entry.value, entry.path, entry.value_at);
+  if (entry.value.size() == 0) return add(entry.value_at, entry.path, "must not be an empty list");
+  if (entry.value.size() > kMaxDependencies) {
+    return add(entry.value_at, entry.path,
+               "lists " + std::to_string(entry.value.size()) + " jobs; the limit is " + std::to_string(kMaxDependencies));
+  }
+  std::size_t index = 0;
+  for (auto it = entry.value.begin(); it != entry.value.end(); ++it, ++index) {
+    const YAML::Node& item = *it;
+    one(item, entry.path + "[" + std::to_string(index) + "]", item.IsNull() ? entry.value_at : position_of(item.Mark()));
+  }
 }
 
 void SpecReader::read_name(const Entry& entry, JobSpec& spec) {
@@ -871,7 +903,8 @@ Result<JobSpec> parse_job_spec(std::string_view yaml_text, std::string_view file
 namespace corral::model {
 
 bool SpecOverrides::empty() const {
-  return !name && !command && !nodes && !gpus_per_node && !gpus && !time_limit && !priority && !retries;
+  return !name && !command && !nodes && !gpus_per_node && !gpus && !time_limit && !priority && !retries && !after_ok &&
+         !after_any && !after_not_ok;
 }
 
 std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
@@ -885,6 +918,9 @@ std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
   if (time_limit) out.emplace_back("time_limit", "--time");
   if (priority) out.emplace_back("priority", "--priority");
   if (retries) out.emplace_back("retries", "--retries");
+  if (after_ok) out.emplace_back("after_ok", "--after-ok");
+  if (after_any) out.emplace_back("after_any", "--after-any");
+  if (after_not_ok) out.emplace_back("after_not_ok", "--after-not-ok");
   return out;
 }
 
@@ -942,6 +978,15 @@ std::string overridden(std::string_view yaml_text, const SpecOverrides& o, const
   if (o.time_limit) root["time_limit"] = *o.time_limit;
   if (o.priority) root["priority"] = *o.priority;
   if (o.retries) root["retries"] = *o.retries;
+  auto ids = [&](const char* key, const std::optional<std::vector<std::int64_t>>& list) {
+    if (!list) return;
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (auto id : *list) seq.push_back(id);
+    root[key] = seq;
+  };
+  ids("after_ok", o.after_ok);
+  ids("after_any", o.after_any);
+  ids("after_not_ok", o.after_not_ok);
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";

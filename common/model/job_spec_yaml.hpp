@@ -2,6 +2,7 @@
 // Parses and validates a job spec written in YAML. yaml-cpp stays inside the .cpp.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,6 +66,9 @@ struct SpecOverrides {
   std::optional<std::string> time_limit;
   std::optional<int> priority;
   std::optional<int> retries;
+  std::optional<std::vector<std::int64_t>> after_ok;      // replace the spec's list
+  std::optional<std::vector<std::int64_t>> after_any;
+  std::optional<std::vector<std::int64_t>> after_not_ok;
 
   bool empty() const;
   // The spec fields (as parser paths: "resources.nodes") these replace, each with the flag

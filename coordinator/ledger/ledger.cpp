@@ -29,6 +29,7 @@ sched::SchedOptions sched_options(const model::CoordinatorConfig& c) {
 Ledger::Ledger(model::CoordinatorConfig config) : config_(std::move(config)), scheduler_(sched_options(config_)) {}
 
 Effects Ledger::take() {
+  settle_dependencies();
   Effects out = std::move(out_);
   out_ = Effects{};
   return out;
@@ -72,9 +73,16 @@ void Ledger::send(const std::string& node, protocol::CoordinatorMessage message)
 // ---------------------------------------------------------------- requests
 
 Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec spec, std::string spec_text,
-                                         TimePoint now, model::Submission submission) {
+                                         TimePoint now, model::Submission submission, const EndedLookup& ended) {
   now_ = now;
   model::JobId id = max_job_id_ + 1;
+  for (const auto& d : spec.dependencies) {
+    bool exists = d.job < id && (any(d.job) != nullptr || (ended && ended(d.job)));
+    if (!exists) {
+      return make_error(ErrorCode::InvalidArgument,
+                        std::string(model::to_string(d.kind)) + ": no job " + std::to_string(d.job));
+    }
+  }
   store::JobRecord rec;
   rec.id = id;
   rec.user = user;
@@ -90,8 +98,106 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
   out.id = id;
   out.change.mutations.emplace_back(store::InsertJob{rec});
   out.change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + user}});
-  jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false, {}, {}});
+  auto& job = jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false, {}, {}}).first->second;
+  watch_dependencies(job, ended);
   return out;
+}
+
+// ---------------------------------------------------------------- dependencies
+
+namespace {
+
+// Whether a job that ended in `state` meets a dependency of this kind (it never will
+// otherwise: an end is final).
+bool meets(model::DependencyKind kind, JobState state) {
+  switch (kind) {
+    case model::DependencyKind::AfterOk: return state == JobState::Completed;
+    case model::DependencyKind::AfterAny: return true;
+    case model::DependencyKind::AfterNotOk: return state != JobState::Completed;
+  }
+  return false;
+}
+
+std::string_view wanted(model::DependencyKind kind) {
+  switch (kind) {
+    case model::DependencyKind::AfterOk: return "to complete";
+    case model::DependencyKind::AfterAny: return "to end";
+    case model::DependencyKind::AfterNotOk: return "to end other than COMPLETED";
+  }
+  return "";
+}
+
+}  // namespace
+
+void Ledger::watch_dependencies(Job& job, const EndedLookup& ended) {
+  const model::JobId id = job.record.id;
+  if (job.record.state != JobState::Pending || job.spec.dependencies.empty()) return;
+  std::vector<std::pair<model::JobId, JobState>> settled;
+  auto& unmet = unmet_[id];
+  for (const auto& d : job.spec.dependencies) {
+    if (live(d.job) != nullptr) {
+      unmet.insert_or_assign(d.job, d.kind);
+      dependents_[d.job].insert(id);
+      continue;
+    }
+    std::optional<JobState> state;
+    if (const Job* gone = any(d.job)) state = gone->record.state;
+    if (!state && ended) state = ended(d.job);
+    unmet.insert_or_assign(d.job, d.kind);
+    // A job that vanished from the store counts as one that can never complete.
+    settled.emplace_back(d.job, state && model::is_terminal(*state) ? *state : JobState::Cancelled);
+  }
+  update_hold(id);
+  for (const auto& [dep, state] : settled) dependency_ended(id, dep, state);
+}
+
+void Ledger::dependency_ended(model::JobId dependent, model::JobId dep, JobState state) {
+  auto it = unmet_.find(dependent);
+  Job* job = live(dependent);
+  if (it == unmet_.end() || job == nullptr || job->record.state != JobState::Pending) return;
+  auto d = it->second.find(dep);
+  if (d == it->second.end()) return;
+  const model::DependencyKind kind = d->second;
+  it->second.erase(d);
+  if (meets(kind, state)) return update_hold(dependent);
+  unmet_.erase(it);
+  sched::EventInfo info;
+  info.message = "job " + std::to_string(dep) + " ended " + std::string(model::to_string(state)) + "; " +
+                 std::string(model::to_string(kind)) + " needed it " + std::string(wanted(kind));
+  auto r = scheduler_.on_event(dependent, job->record.attempt, sched::JobEvent::DependencyNeverSatisfied, now_, info);
+  if (r) apply(*r);
+}
+
+void Ledger::update_hold(model::JobId dependent) {
+  auto it = unmet_.find(dependent);
+  if (it == unmet_.end()) return;
+  if (it->second.empty()) {
+    unmet_.erase(it);
+    (void)scheduler_.set_held(dependent, std::nullopt);
+    out_.pass_wanted = true;
+    return;
+  }
+  const auto& [first, kind] = *it->second.begin();
+  std::string detail = "waiting for job " + std::to_string(first) + " " + std::string(wanted(kind)) + " (" +
+                       std::string(model::to_string(kind)) + ")";
+  if (it->second.size() > 1) detail += " and " + std::to_string(it->second.size() - 1) + " more";
+  (void)scheduler_.set_held(dependent, sched::PendingReason{sched::PendingCode::Dependency, std::move(detail)});
+}
+
+void Ledger::settle_dependencies() {
+  // Each round may end more jobs (dependents cancelled), whose own dependents follow.
+  while (!ended_unsettled_.empty()) {
+    auto batch = std::move(ended_unsettled_);
+    ended_unsettled_.clear();
+    for (const auto& [id, state] : batch) {
+      unmet_.erase(id);
+      auto it = dependents_.find(id);
+      if (it == dependents_.end()) continue;
+      std::set<model::JobId> waiting = std::move(it->second);
+      dependents_.erase(it);
+      for (model::JobId w : waiting) dependency_ended(w, id, state);
+    }
+  }
 }
 
 Result<void> Ledger::cancel(model::JobId id, const std::string& user, bool admin, TimePoint now) {
@@ -289,6 +395,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
   }
   if (model::is_terminal(change.to)) {
     ++stats_.ended[static_cast<int>(change.to)];
+    ended_unsettled_.emplace_back(change.job, change.to);
     Job ended = std::move(*job);
     jobs_.erase(change.job);
     out_.ended.push_back(change.job);
@@ -1079,7 +1186,7 @@ void Ledger::persist_job(const Job& job, std::string event_text) {
   out_.changes.push_back(std::move(change));
 }
 
-Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
+Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const EndedLookup& ended) {
   now_ = now;
   max_job_id_ = snapshot.max_job_id;
   for (auto node : snapshot.nodes) {
@@ -1155,6 +1262,16 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now) {
       auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
       fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false, {}, {}});
     }
+  }
+  // Dependencies, once every live job is known: on a live job they wait, on an ended one
+  // they are settled now.
+  std::vector<model::JobId> pending;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state == JobState::Pending && !job.spec.dependencies.empty()) pending.push_back(id);
+  }
+  std::sort(pending.begin(), pending.end());
+  for (model::JobId id : pending) {
+    if (Job* job = live(id)) watch_dependencies(*job, ended);
   }
   // Every node is down until its agent says hello; the jobs on them stay as they are
   // through the grace period (set_node_state would lose them now).

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -98,10 +99,14 @@ class Ledger {
 
   explicit Ledger(model::CoordinatorConfig config);
 
+  // The end state of a job the ledger no longer holds (the store knows it), or nullopt
+  // for a job that does not exist. For dependencies (after_ok, ...) on old jobs.
+  using EndedLookup = std::function<std::optional<model::JobState>(model::JobId)>;
+
   // Rebuilds the state from what the store loaded. Jobs that were running wait
   // `reconnect_grace` for their agents to report them; no node takes a job before its
   // agent says hello.
-  Result<void> restore(store::Snapshot snapshot, TimePoint now);
+  Result<void> restore(store::Snapshot snapshot, TimePoint now, const EndedLookup& ended = {});
 
   // ---- requests
   struct Submitted {
@@ -109,9 +114,12 @@ class Ledger {
     store::Change change;  // the new job: commit it, then acknowledge (not in take())
   };
   // `submission`: where it was submitted from and the environment exported with it
-  // (checked by the caller).
+  // (checked by the caller). A job with dependencies waits (Dependency) until each is
+  // met; one that can never be met (after_ok on a job that failed) ends it CANCELLED
+  // (DependencyNeverSatisfied). InvalidArgument naming the field for a job that does not
+  // exist.
   Result<Submitted> submit(const std::string& user, model::JobSpec spec, std::string spec_text, TimePoint now,
-                           model::Submission submission = {});
+                           model::Submission submission = {}, const EndedLookup& ended = {});
   // NotFound, PermissionDenied (not the owner nor an admin), Conflict (ended or ending).
   Result<void> cancel(model::JobId id, const std::string& user, bool admin, TimePoint now);
   // An admin drains or resumes a node. NotFound, InvalidArgument.
@@ -146,13 +154,23 @@ class Ledger {
   // Whether a pass run now could start job `id` (sets its pending reason if not).
   bool might_start_now(model::JobId id) { return scheduler_.might_start_now(id); }
 
-  // The effects accumulated since the last take().
+  // The effects accumulated since the last take(); the jobs whose dependencies the jobs
+  // that ended settled are released or cancelled first.
   Effects take();
 
  private:
   Job* live(model::JobId id);
   Job* any(model::JobId id);
   void remember_ended(Job job);
+  // ---- dependencies (after_ok, after_any, after_not_ok)
+  // Registers a pending job's dependencies; those on jobs that ended are settled now.
+  void watch_dependencies(Job& job, const EndedLookup& ended);
+  // A job the dependent waits for ended in `state`: met, or never (the dependent is cancelled).
+  void dependency_ended(model::JobId dependent, model::JobId dep, model::JobState state);
+  // Holds the job (Dependency, naming what it waits for) or lets the scheduler place it.
+  void update_hold(model::JobId dependent);
+  // Settles the dependents of every job that ended since the last call (they may end in turn).
+  void settle_dependencies();
   std::vector<store::RankRecord> rank_records(const model::JobSpec& spec, const model::Allocation& alloc) const;
   void persist_job(const Job& job, std::string event_text);
   void apply(const std::vector<sched::Decision>& decisions);
@@ -212,6 +230,11 @@ class Ledger {
   std::map<model::JobId, Job> fenced_;          // ended, but earlier attempts hold fences
   std::map<model::JobId, Job> ended_;           // recently ended, for late rank reports
   std::deque<model::JobId> ended_order_;
+  // dependent -> (job waited for -> how), while the dependent is pending; and the other
+  // way round, job -> its dependents. `ended_unsettled_`: jobs ended since the last take().
+  std::map<model::JobId, std::map<model::JobId, model::DependencyKind>> unmet_;
+  std::map<model::JobId, std::set<model::JobId>> dependents_;
+  std::vector<std::pair<model::JobId, model::JobState>> ended_unsettled_;
   model::JobId max_job_id_ = 0;
   bool in_grace_ = false;
   TimePoint grace_ends_{};

@@ -6,7 +6,8 @@ namespace corral::sched {
 
 namespace {
 constexpr PendingCode kAll[] = {PendingCode::None,     PendingCode::Resources, PendingCode::Priority,
-                                PendingCode::NoHomogeneousSet, PendingCode::NodeDown, PendingCode::Drained};
+                                PendingCode::NoHomogeneousSet, PendingCode::NodeDown, PendingCode::Drained,
+                                PendingCode::Dependency};
 }
 
 std::string_view to_string(PendingCode code) {
@@ -17,6 +18,7 @@ std::string_view to_string(PendingCode code) {
     case PendingCode::NoHomogeneousSet: return "NoHomogeneousSet";
     case PendingCode::NodeDown: return "NodeDown";
     case PendingCode::Drained: return "Drained";
+    case PendingCode::Dependency: return "Dependency";
   }
   return "Unknown";
 }

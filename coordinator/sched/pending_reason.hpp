@@ -14,6 +14,7 @@ enum class PendingCode {
   NoHomogeneousSet,  // enough GPUs are free, but not of one class in the shape it asks
   NodeDown,          // it fits only if nodes that are down come back
   Drained,           // it fits only if drained nodes are resumed
+  Dependency,        // a job it depends on (after_ok, ...) has not ended yet
 };
 
 std::string_view to_string(PendingCode code);

@@ -578,10 +578,21 @@ Capacity Scheduler::build(View view) const {
   return cap;
 }
 
+Result<void> Scheduler::set_held(model::JobId id, std::optional<PendingReason> reason) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.state != JobState::Pending) {
+    return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " is not pending");
+  }
+  it->second.held = std::move(reason);
+  if (it->second.held) it->second.reason = *it->second.held;
+  return {};
+}
+
 bool Scheduler::might_start_now(model::JobId id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.state != JobState::Pending) return false;
   SchedJob& job = it->second;
+  if (job.held) return false;
   const auto& classes = matching_classes(job);
   Capacity avail = build(View::Free);
   if (fits(job.shapes, classes, avail)) return true;
@@ -759,7 +770,7 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
   };
   std::vector<Entry> queue;
   for (auto& [id, job] : jobs_) {
-    if (job.state == JobState::Pending) {
+    if (job.state == JobState::Pending && !job.held) {
       queue.push_back({job.spec.priority, fair_share_.usage(job.user), job.submitted_at, id, &job});
     }
   }

@@ -44,6 +44,8 @@ struct SchedJob {
     return std::find(released_nodes.begin(), released_nodes.end(), node) != released_nodes.end();
   }
   PendingReason reason;                        // while PENDING
+  // While set, the job is not placed and this is its reason (a dependency not met yet).
+  std::optional<PendingReason> held;
   std::vector<std::pair<int, int>> shapes;     // candidate (nodes, GPUs per node), fewest nodes first
 };
 
@@ -168,6 +170,9 @@ class Scheduler {
   // After a submission and no other change, false means a pass would start nothing, so
   // the caller may leave the queue to the next pass that something else brings.
   bool might_start_now(model::JobId id);
+  // Keeps a pending job out of every pass, with `reason`, until called with nullopt.
+  // NotFound for a job that is not pending.
+  Result<void> set_held(model::JobId id, std::optional<PendingReason> reason);
   DryRun dry_run(const model::JobSpec& spec, const std::string& user, TimePoint now) const;
   const PassStats& last_pass() const { return last_pass_; }
   double usage(const std::string& user) const { return fair_share_.usage(user); }

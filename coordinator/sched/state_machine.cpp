@@ -19,6 +19,7 @@ std::string_view to_string(JobEvent event) {
     case JobEvent::NodeLost: return "NodeLost";
     case JobEvent::RanksGone: return "RanksGone";
     case JobEvent::RendezvousTimeout: return "RendezvousTimeout";
+    case JobEvent::DependencyNeverSatisfied: return "DependencyNeverSatisfied";
   }
   return "Unknown";
 }
@@ -46,6 +47,7 @@ Result<Transition> next_state(JobState from, JobEvent event, bool retry_left, st
       switch (event) {
         case JobEvent::Schedule: return Transition{JobState::Starting};
         case JobEvent::Cancel: return Transition{JobState::Cancelled};
+        case JobEvent::DependencyNeverSatisfied: return Transition{JobState::Cancelled};
         default: return invalid(from, event);
       }
     case JobState::Starting:

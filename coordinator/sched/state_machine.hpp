@@ -21,12 +21,13 @@ enum class JobEvent {
   NodeLost,          // a node it runs on went down, or its agent does not know a rank
   RanksGone,         // every agent confirmed that no process of the attempt is left
   RendezvousTimeout,  // not every rank checked in by launch.rendezvous_timeout
+  DependencyNeverSatisfied,  // a job it waits for ended in a way that can never let it start
 };
 inline constexpr JobEvent kAllJobEvents[] = {
     JobEvent::Schedule, JobEvent::AllRanksStarted, JobEvent::AllRanksExitedOk,
     JobEvent::RankFailed, JobEvent::LaunchFailed, JobEvent::PortBusy,
     JobEvent::Cancel, JobEvent::TimeLimit, JobEvent::NodeLost, JobEvent::RanksGone,
-    JobEvent::RendezvousTimeout};
+    JobEvent::RendezvousTimeout, JobEvent::DependencyNeverSatisfied};
 
 std::string_view to_string(JobEvent event);
 

@@ -235,13 +235,15 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     }
     return respond(json_response(200, j));
   }
-  auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now, std::move(submission));
+  auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now, std::move(submission), ended_lookup());
   if (!submitted) return respond(error_response(400, submitted.error().message()));
   model::JobId id = submitted->id;
   committer_.enqueue(std::move(submitted->change), [respond, id](const Result<void>& ok) {
     if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
     respond(json_response(201, Json{{"id", id}}));
   });
+  // A dependency that can never be met has cancelled the job already: that comes after.
+  flush_effects();
   // Every other change asks for its own pass; a job with no room for it now changes
   // nothing a pass would do, so a long queue is not rescanned for each submission.
   if (ledger_.might_start_now(id)) request_pass();
@@ -260,6 +262,7 @@ JobView view_of(const store::JobRecord& rec, const model::JobSpec* spec, const s
     v.priority = spec->priority;
     v.time_limit = spec->time_limit;
     if (spec->mode == model::LaunchMode::Torch) v.rendezvous_timeout = spec->rendezvous_timeout;
+    v.dependencies = spec->dependencies;
   }
   if (rec.allocation) v.nodes = static_cast<int>(rec.allocation->nodes.size());
   if (live != nullptr && live->state == JobState::Pending) v.pending = live->reason;

@@ -32,7 +32,7 @@ void Coordinator::fatal(const Error& error) {
 Result<void> Coordinator::start() {
   auto snapshot = store_.load();
   if (!snapshot) return std::unexpected(snapshot.error());
-  if (auto ok = ledger_.restore(std::move(*snapshot), clock_.now()); !ok) return ok;
+  if (auto ok = ledger_.restore(std::move(*snapshot), clock_.now(), ended_lookup()); !ok) return ok;
   flush_effects();
   tick_timer_ = std::make_unique<net::Timer>(loop_);
   Duration period = std::max<Duration>(std::chrono::milliseconds(50),
@@ -40,6 +40,15 @@ Result<void> Coordinator::start() {
   tick_timer_->start_repeating(period, [this] { tick(); });
   request_pass();
   return {};
+}
+
+ledger::Ledger::EndedLookup Coordinator::ended_lookup() {
+  // A primary-key read of SQLite; only for dependencies on jobs the ledger let go of.
+  return [this](model::JobId id) -> std::optional<model::JobState> {
+    auto rec = store_.job(id);
+    if (!rec || !*rec) return std::nullopt;
+    return (*rec)->state;
+  };
 }
 
 void Coordinator::shutdown() {

@@ -92,6 +92,8 @@ class Coordinator final : public net::ServerHandler {
   static constexpr Duration kStackAnswerTime = std::chrono::seconds(25);  // under the CLI's 30 s
 
   // ---- the ledger's effects, and time (coordinator.cpp)
+  // How the ledger learns the end state of a job it no longer holds: from the store.
+  ledger::Ledger::EndedLookup ended_lookup();
   // Commits what the ledger changed; then sends its messages and answers waits.
   void flush_effects();
   void request_pass();

@@ -101,7 +101,11 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
          {"waiting_for", waiting},
          {"fences", fences},
          {"rendezvous", rendezvous},
+         {"dependencies", Json::array()},
          {"ranks", ranks}};
+  for (const auto& d : view.dependencies) {
+    j["dependencies"].push_back(Json{{"kind", std::string(model::to_string(d.kind))}, {"job", d.job}});
+  }
   if (r.allocation) {
     for (const auto& na : r.allocation->nodes) j["node_list"].push_back(na.node);
   }

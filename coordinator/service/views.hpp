@@ -9,6 +9,7 @@
 
 #include "common/core/time.hpp"
 #include "common/model/inventory.hpp"
+#include "common/model/job_spec.hpp"
 #include "coordinator/sched/pending_reason.hpp"
 #include "coordinator/store/store.hpp"
 
@@ -28,6 +29,7 @@ struct JobView {
   // launch.rendezvous_timeout when the rendezvous is watched (torch mode), else unset.
   std::optional<Duration> rendezvous_timeout;
   std::optional<sched::PendingReason> pending;  // live reason while PENDING
+  std::vector<model::Dependency> dependencies;  // from the spec
 };
 Json job_json(const JobView& view, const std::vector<store::JobEvent>* events);
 

@@ -211,6 +211,30 @@ TEST_F(CliClusterTest, QueueFiltersAndBulkCancelByStateAndById) {
   EXPECT_EQ(job(std::stoll(mine1))["state"], "RUNNING");
 }
 
+TEST_F(CliClusterTest, DependenciesHoldThroughACoordinatorRestartAndACancelledOneEndsDependencyNeverSatisfied) {
+  auto id = [](const Outcome& o) { return o.out.substr(0, o.out.find('\n')); };
+  std::string first = id(corral({"submit", "--parsable", "-G", "1", "--", "sleep", "3"}));
+  std::string after_ok = id(corral({"submit", "--parsable", "-G", "1", "--after-ok", first, "--", "echo", "ok"}));
+  std::string after_not_ok =
+      id(corral({"submit", "--parsable", "-G", "1", "--after-not-ok", first, "--", "echo", "not ok"}));
+  auto shown = corral({"show", after_ok});
+  EXPECT_NE(shown.out.find("Dependency"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("waiting for job " + first + " to complete (after_ok)"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("Depends on:  after_ok " + first), std::string::npos) << shown.out;
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  ASSERT_TRUE(a_->rejoined());
+  ASSERT_TRUE(b_->rejoined());
+  EXPECT_EQ(job(std::stoll(after_ok))["reason"], "Dependency");
+  EXPECT_EQ(corral({"wait", after_ok, "--timeout", "30"}).exit_code, 0);
+  EXPECT_EQ(corral({"logs", after_ok}).out, "ok\n");
+  Json never = job(std::stoll(after_not_ok));
+  EXPECT_EQ(never["state"], "CANCELLED");
+  EXPECT_EQ(never["reason"], "DependencyNeverSatisfied");
+  EXPECT_EQ(corral({"submit", "-G", "1", "--after-any", "99999", "--", "true"}).err,
+            "corral: after_any: no job 99999\n");
+}
+
 TEST_F(CliClusterTest, EveryProgramSaysItsVersion) {
   for (const char* bin : {CORRAL_CLI_BIN, CORRAL_COORDINATOR_BIN, CORRAL_AGENT_BIN, CORRAL_WORKER_BIN}) {
     auto o = run({bin, "--version"}, {});

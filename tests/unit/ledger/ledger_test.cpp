@@ -192,6 +192,97 @@ TEST_F(LedgerTest, ALostNodesRanksAreFencedAndTheFenceGoesWhenItsAgentConfirms) 
 }
 
 // The rendezvous deadline, launch.rendezvous_timeout. Both agents stay heard from.
+// ---- dependencies
+
+class DependencyTest : public LedgerTest {
+ protected:
+  // Submits a 2 x 2 job with these dependency lines; returns its id.
+  model::JobId dependent(const std::string& lines) { return submit(2, 2, lines); }
+  // The running 2 x 2 job's ranks end with `code` on every node, and are confirmed gone.
+  void end_running(model::JobId id, int code) {
+    for (int r = 0; r < 4; ++r) {
+      say(r < 2 ? "a" : "b", protocol::RankExited{id, 0, r, code, 0, "exited with code " + std::to_string(code), false});
+    }
+    say("a", protocol::AttemptGone{id, 0});
+    say("b", protocol::AttemptGone{id, 0});
+  }
+  std::string reason(model::JobId id) { return (*store_.job(id))->reason; }
+  std::string pending_reason(model::JobId id) {
+    const auto* j = ledger_->scheduler().job(id);
+    return j ? std::string(sched::to_string(j->reason.code)) + ": " + j->reason.detail : "";
+  }
+  std::optional<JobState> stored_state(model::JobId id) {
+    auto rec = store_.job(id);
+    if (!rec || !*rec) return std::nullopt;
+    return (*rec)->state;
+  }
+};
+
+TEST_F(DependencyTest, AFailureCancelsTheAfterOkChainAndReleasesAfterNotOk) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId a = running_two_by_two();
+  model::JobId b = dependent("after_ok: " + std::to_string(a) + "\n");
+  model::JobId c = dependent("after_ok: [" + std::to_string(b) + "]\n");
+  model::JobId d = dependent("after_not_ok: [" + std::to_string(a) + "]\n");
+  EXPECT_EQ(pending_reason(b), "Dependency: waiting for job " + std::to_string(a) + " to complete (after_ok)");
+  EXPECT_EQ(pending_reason(d),
+            "Dependency: waiting for job " + std::to_string(a) + " to end other than COMPLETED (after_not_ok)");
+  end_running(a, 3);
+  EXPECT_EQ(state(a), JobState::Failed);
+  EXPECT_EQ(state(b), JobState::Cancelled);
+  EXPECT_EQ(reason(b), "DependencyNeverSatisfied");
+  EXPECT_EQ((*store_.job(b))->detail,
+            "job " + std::to_string(a) + " ended FAILED; after_ok needed it to complete");
+  EXPECT_EQ(state(c), JobState::Cancelled);  // in turn
+  EXPECT_EQ(reason(c), "DependencyNeverSatisfied");
+  ledger_->schedule(now_);
+  commit();
+  EXPECT_EQ(state(d), JobState::Starting);
+}
+
+TEST_F(DependencyTest, AJobWaitsForEveryDependencyAndNoneThatDoesNotExist) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId a = running_two_by_two();
+  auto spec_text = std::string("name: t\ncommand: \"true\"\nresources: {gpus_per_node: 1}\nafter_any: [999]\n");
+  auto spec = model::parse_job_spec(spec_text, "t.yaml");
+  ASSERT_TRUE(spec.has_value());
+  auto refused = ledger_->submit("alice", *spec, spec_text, now_);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().message(), "after_any: no job 999");
+  model::JobId b = submit(1, 1, "after_any: [" + std::to_string(a) + "]\n");
+  EXPECT_EQ(state(b), JobState::Pending);
+  end_running(a, 3);
+  ledger_->schedule(now_);
+  commit();
+  EXPECT_EQ(state(b), JobState::Starting);  // after_any: any end will do
+}
+
+TEST_F(DependencyTest, ARestartKeepsTheWaitAndSettlesOnJobsThatEndedMeanwhileFromTheStore) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId a = running_two_by_two();
+  end_running(a, 0);
+  ASSERT_EQ(state(a), JobState::Completed);
+  model::JobId x = submit(2, 3);  // no node has 3 GPUs: it waits
+  model::JobId ok = dependent("after_ok: [" + std::to_string(a) + ", " + std::to_string(x) + "]\n");
+  model::JobId not_ok = dependent("after_not_ok: [" + std::to_string(a) + "]\n");
+  EXPECT_EQ(state(not_ok), JobState::Cancelled);  // a completed already
+  EXPECT_EQ(pending_reason(ok), "Dependency: waiting for job " + std::to_string(x) + " to complete (after_ok)");
+  // After a restart the ledger holds neither a nor the ended jobs: the store tells.
+  auto snap = store_.load();
+  ASSERT_TRUE(snap.has_value());
+  ledger_ = std::make_unique<Ledger>(config_);
+  ASSERT_TRUE(ledger_->restore(*snap, now_, [this](model::JobId id) { return stored_state(id); }).has_value());
+  commit();
+  EXPECT_EQ(pending_reason(ok), "Dependency: waiting for job " + std::to_string(x) + " to complete (after_ok)");
+  ASSERT_TRUE(ledger_->cancel(x, "alice", false, now_).has_value());
+  commit();
+  EXPECT_EQ(state(ok), JobState::Cancelled);
+  EXPECT_EQ((*store_.job(ok))->detail, "job " + std::to_string(x) + " ended CANCELLED; after_ok needed it to complete");
+}
+
 class RendezvousTest : public LedgerTest {
  protected:
   void pass(Duration d) {

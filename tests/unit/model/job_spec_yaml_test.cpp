@@ -82,7 +82,11 @@ std::vector<BadSpec> bad_specs() {
        "job.yaml:1:1: name: required field is missing"},
       {"UnknownTopLevelField", valid_plus("colour: red\n"),
        "job.yaml:5:1: colour: unknown field; expected one of name, command, workdir, env, export, resources, launch, "
-       "time_limit, priority, retries"},
+       "time_limit, priority, retries, after_ok, after_any, after_not_ok"},
+      {"DependencyThatIsNotAJobId", valid_plus("after_ok: [3, x, 0]\nafter_any: []\n"),
+       "job.yaml:5:15: after_ok[1]: must be a job id (a positive integer), got \"x\"\n"
+       "job.yaml:5:18: after_ok[2]: must be a job id (a positive integer), got \"0\"\n"
+       "job.yaml:6:12: after_any: must not be an empty list"},
       {"DuplicateTopLevelField", valid_plus("name: u\n"),
        "job.yaml:5:1: name: duplicate key; first set on line 1"},
       {"ListAsAKey", valid_plus("? [a, b]\n: 1\n"),

@@ -43,6 +43,7 @@ const std::map<std::pair<S, E>, Expected>& table() {
       {{S::Running, E::NodeLost}, {{S::Ending, S::NodeFail}, {S::Ending, S::Pending}}},
       {{S::Starting, E::RendezvousTimeout}, {{S::Ending, S::Failed}, {S::Ending, S::Pending}}},
       {{S::Running, E::RendezvousTimeout}, {{S::Ending, S::Failed}, {S::Ending, S::Pending}}},
+      {{S::Pending, E::DependencyNeverSatisfied}, {{S::Cancelled, std::nullopt}, {S::Cancelled, std::nullopt}}},
   };
   return t;
 }
@@ -71,7 +72,7 @@ TEST(JobStateMachine, EveryStateEventPairFollowsTheTable) {
       }
     }
   }
-  EXPECT_EQ(checked, 8 * 11 * 2);
+  EXPECT_EQ(checked, 8 * 12 * 2);
 }
 
 TEST(JobStateMachine, EndingTakesItsOutcomeOnlyWhenEveryRankIsGone) {
