@@ -166,6 +166,25 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
   queue->add_flag("--me", queue_opts.me, "Only my jobs");
   queue->add_flag("--json", queue_opts.json, "Print the coordinator's JSON list");
 
+  HistoryOptions history_opts;
+  auto* history = app.add_subcommand("history", "List ended jobs from the database (as sacct)");
+  history->add_option("--user,-u", history_opts.users, "Only these users' jobs")->delimiter(',');
+  history->add_option("--state,-t", history_opts.states, "Only jobs that ended in these states")->delimiter(',');
+  history->add_option("--since,-S", history_opts.since,
+                      "Ended at or after: 2d, 12h, 2026-12-01, 2026-12-01T10:00 (UTC; default 1d)");
+  history->add_option("--until,-E", history_opts.until, "Ended before this moment (same forms)");
+  history->add_option("--limit", history_opts.limit, "At most this many jobs (default and most: 100000)")
+      ->check(integer_at_least(1, "a positive integer"));
+  history->add_flag("--json", history_opts.json, "Print the coordinator's JSON list");
+
+  UsageOptions usage_opts;
+  auto* usage_cmd = app.add_subcommand("usage", "GPU-hours used, by user, node or GPU class");
+  usage_cmd->add_option("--since,-S", usage_opts.since, "From this moment (as history; default 1d)");
+  usage_cmd->add_option("--until,-E", usage_opts.until, "To this moment (default now)");
+  usage_cmd->add_option("--by", usage_opts.by, "Group by user (default), node or class")
+      ->check(CLI::IsMember({"user", "node", "class"}));
+  usage_cmd->add_flag("--json", usage_opts.json, "Print the coordinator's JSON");
+
   JobOptions show_opts;
   auto* show = app.add_subcommand("show", "Everything about one job: fields, ranks, events");
   show->add_option("JOB", show_opts.job, "Job id")->required()->check(job_id);
@@ -269,6 +288,8 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
   }
   if (*queue) return run_queue(cc, queue_opts);
   if (*show) return run_show(cc, show_opts);
+  if (*history) return run_history(cc, history_opts);
+  if (*usage_cmd) return run_usage(cc, usage_opts);
   if (*nodes && !clear_opts.node.empty()) {
     clear_opts.json = nodes_json;
     return run_clear(cc, clear_opts);

@@ -233,6 +233,37 @@ int run_queue(CommandContext& ctx, const QueueOptions& options) {
   return kExitOk;
 }
 
+int run_history(CommandContext& ctx, const HistoryOptions& options) {
+  std::vector<std::string> query;
+  if (!options.since.empty()) query.push_back("since=" + net::percent_encode(options.since));
+  if (!options.until.empty()) query.push_back("until=" + net::percent_encode(options.until));
+  if (!options.users.empty()) query.push_back("user=" + query_list(options.users));
+  if (!options.states.empty()) query.push_back("state=" + query_list(options.states));
+  if (options.limit > 0) query.push_back("limit=" + std::to_string(options.limit));
+  std::string target = "/v1/history";
+  if (!query.empty()) target += "?" + join(query, "&");
+  auto body = call(ctx, "GET", target);
+  if (!body) return fail(ctx, body.error());
+  if (options.json) return print_json(ctx, *body);
+  auto jobs = parse_jobs(*body);
+  if (!jobs) return fail(ctx, jobs.error());
+  ctx.out << format_history(*jobs, ctx.clock.now());
+  return kExitOk;
+}
+
+int run_usage(CommandContext& ctx, const UsageOptions& options) {
+  std::vector<std::string> query{"by=" + net::percent_encode(options.by)};
+  if (!options.since.empty()) query.push_back("since=" + net::percent_encode(options.since));
+  if (!options.until.empty()) query.push_back("until=" + net::percent_encode(options.until));
+  auto body = call(ctx, "GET", "/v1/usage?" + join(query, "&"));
+  if (!body) return fail(ctx, body.error());
+  if (options.json) return print_json(ctx, *body);
+  auto usage = parse_usage(*body);
+  if (!usage) return fail(ctx, usage.error());
+  ctx.out << format_usage(*usage);
+  return kExitOk;
+}
+
 int run_show(CommandContext& ctx, const JobOptions& options) {
   auto body = call(ctx, "GET", job_path(options.job));
   if (!body) return fail(ctx, body.error());

@@ -59,6 +59,22 @@ struct QueueOptions {
   bool json = false;
 };
 
+// `corral history` (as sacct) and `corral usage` (GPU-hours).
+struct HistoryOptions {
+  std::vector<std::string> users;
+  std::vector<std::string> states;
+  std::string since;  // empty: the coordinator's default (a day back)
+  std::string until;
+  int limit = 0;      // 0: the coordinator's
+  bool json = false;
+};
+struct UsageOptions {
+  std::string since;
+  std::string until;
+  std::string by = "user";
+  bool json = false;
+};
+
 // `corral cancel ID...`, or every live job matching --user/--state.
 struct CancelOptions {
   std::vector<std::int64_t> jobs;
@@ -117,6 +133,8 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options);
 int run_run(CommandContext& ctx, const RunOptions& options);
 int run_queue(CommandContext& ctx, const QueueOptions& options);
 int run_show(CommandContext& ctx, const JobOptions& options);
+int run_history(CommandContext& ctx, const HistoryOptions& options);
+int run_usage(CommandContext& ctx, const UsageOptions& options);
 int run_nodes(CommandContext& ctx, bool json);
 int run_cancel(CommandContext& ctx, const CancelOptions& options);
 // 0 when the job ends COMPLETED; 1 on any other end state or on timeout.

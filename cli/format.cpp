@@ -165,6 +165,32 @@ std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now) {
   return t.render();
 }
 
+std::string format_history(const std::vector<JobInfo>& jobs, TimePoint now) {
+  Table t({"ID", "NAME", "USER", "STATE", "REASON", "EXIT", "NODES", "GPUS", "ELAPSED", "ENDED"});
+  for (const auto& job : jobs) {
+    std::string exit = job.exit_code ? std::to_string(*job.exit_code) : "-";
+    if (job.failed_rank) exit += " (rank " + std::to_string(*job.failed_rank) + ")";
+    t.add({std::to_string(job.id), cell(job.name), cell(job.user), cell(job.state), cell(job.reason), exit,
+           nodes_cell(job), std::to_string(job.gpus), format_elapsed(job_run_time(job, now)), cell(job.ended_at)});
+  }
+  return t.render();
+}
+
+std::string format_usage(const UsageInfo& usage) {
+  std::string out = "GPU-hours from " + clean(usage.since) + " to " + clean(usage.until) + "\n";
+  std::string key = usage.by;
+  for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  Table t({key, "GPU_HOURS", "JOBS"});
+  char buf[32];
+  for (const auto& row : usage.rows) {
+    std::snprintf(buf, sizeof(buf), "%.2f", row.gpu_hours);
+    t.add({cell(row.key), buf, std::to_string(row.jobs)});
+  }
+  std::snprintf(buf, sizeof(buf), "%.2f", usage.total_gpu_hours);
+  t.add({"TOTAL", buf, ""});
+  return out + t.render();
+}
+
 std::string format_job(const JobInfo& job, TimePoint now) {
   std::vector<std::pair<std::string, std::string>> fields;
   fields.emplace_back("ID", std::to_string(job.id));

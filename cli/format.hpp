@@ -28,6 +28,10 @@ Duration job_run_time(const JobInfo& job, TimePoint now);
 
 // ID NAME USER STATE REASON NODES GPUS TIME TIME_LIMIT, one job a line.
 std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now);
+// `corral history`: ended jobs with their outcome, exit code (and failing rank), run time.
+std::string format_history(const std::vector<JobInfo>& jobs, TimePoint now);
+// `corral usage`: GPU-hours per user, node or class, with the total.
+std::string format_usage(const UsageInfo& usage);
 // Every field, the per-rank table and the event log.
 // corral stack: each rank's report under a header naming it and its node.
 std::string format_stacks(const std::vector<RankStackInfo>& ranks);

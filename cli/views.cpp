@@ -311,6 +311,30 @@ Result<std::vector<RankStackInfo>> parse_stacks(std::string_view json) {
   });
 }
 
+Result<UsageInfo> parse_usage(std::string_view json) {
+  return read_one<UsageInfo>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    UsageInfo u;
+    u.since = text(r, "since");
+    u.until = text(r, "until");
+    u.by = text(r, "by");
+    u.total_gpu_hours = opt_number(r, "total_gpu_hours").value_or(0);
+    if (const Json* rows = r.array("rows", kMaxItems)) {
+      for (std::size_t i = 0; i < rows->size() && r.ok(); ++i) {
+        JsonReader e((*rows)[i], r.item_path("rows", i));
+        UsageInfo::Row row;
+        row.key = u.by.empty() ? std::string() : e.str(u.by.c_str(), kMaxText, "");
+        row.gpu_hours = opt_number(e, "gpu_hours").value_or(0);
+        row.jobs = e.i64("jobs", 0, std::numeric_limits<std::int64_t>::max(), 0);
+        r.absorb(e);
+        u.rows.push_back(std::move(row));
+      }
+    }
+    top.absorb(r);
+    return u;
+  });
+}
+
 Result<BulkCancelInfo> parse_bulk_cancel(std::string_view json) {
   return read_one<BulkCancelInfo>(json, [](const Json& j, const std::string&, JsonReader& top) {
     JsonReader r(j);

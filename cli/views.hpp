@@ -135,6 +135,21 @@ struct RankStackInfo {
   std::string report;
 };
 [[nodiscard]] Result<std::vector<RankStackInfo>> parse_stacks(std::string_view json);
+// GET /v1/usage
+struct UsageInfo {
+  std::string since;
+  std::string until;
+  std::string by;  // user, node or class
+  struct Row {
+    std::string key;
+    double gpu_hours = 0;
+    std::int64_t jobs = 0;
+  };
+  std::vector<Row> rows;
+  double total_gpu_hours = 0;
+};
+[[nodiscard]] Result<UsageInfo> parse_usage(std::string_view json);
+
 // POST /v1/jobs/cancel: (id, state) of each job cancelled, (id, message) of each refused.
 struct BulkCancelInfo {
   std::vector<std::pair<std::int64_t, std::string>> cancelled;

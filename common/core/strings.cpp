@@ -71,6 +71,20 @@ Result<Duration> parse_duration(std::string_view text) {
   return Duration(total_ms);
 }
 
+Result<TimePoint> parse_moment(std::string_view text, TimePoint now) {
+  if (auto d = parse_duration(text)) return now - *d;
+  std::string t(text);
+  if (t.size() == 10) t += "T00:00:00Z";                      // a day
+  else if (t.size() == 16) t += ":00Z";                      // to the minute
+  else if (t.size() == 19) t += "Z";                         // to the second
+  if (t.size() <= 40) {
+    if (auto at = parse_rfc3339(t)) return *at;
+  }
+  return make_error(ErrorCode::InvalidArgument,
+                    "expected a duration back from now like 2d or 12h, or a date like 2026-12-01 or "
+                    "2026-12-01T10:00 (UTC), got " + quote_for_message(text));
+}
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;
   if (text.empty()) return parts;

@@ -30,6 +30,10 @@ Result<Duration> parse_duration(std::string_view text);
 // A plain number of seconds ("90", "1.5", "0") from 0 to 365 days, else a duration as
 // parse_duration reads it. The one reader for --timeout-like flags.
 Result<Duration> parse_seconds_or_duration(std::string_view text);
+// A moment for --since/--until: a duration back from `now` ("2d", "12h"), a day in UTC
+// ("2026-12-01", its midnight), a UTC time ("2026-12-01T10:00" or with seconds), or RFC
+// 3339 with a zone. InvalidArgument otherwise.
+Result<TimePoint> parse_moment(std::string_view text, TimePoint now);
 // The shortest exact form: 90000ms -> "90s", 5400000 -> "1h30m".
 std::string format_duration(Duration d);
 // The items with `sep` between them.

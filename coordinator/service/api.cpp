@@ -175,6 +175,8 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
     if (parts.size() == 4 && parts[3] == "stack" && m == "GET") return job_stack(*id, request, caller, std::move(respond));
   }
+  if (parts.size() == 2 && parts[1] == "history" && m == "GET") return respond(history(request));
+  if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return respond(usage(request));
   if (parts.size() >= 2 && parts[1] == "nodes") {
     if (parts.size() == 2 && m == "GET") return respond(list_nodes());
     if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
@@ -308,6 +310,140 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request, const 
     }
   }
   return json_response(200, out);
+}
+
+namespace {
+
+int allocated_gpus(const store::JobRecord& rec) {
+  int n = 0;
+  if (rec.allocation) {
+    for (const auto& na : rec.allocation->nodes) n += static_cast<int>(na.gpus.size());
+  }
+  return n;
+}
+
+}  // namespace
+
+Result<Coordinator::TimeRange> Coordinator::time_range(const net::HttpRequest& request) {
+  TimeRange range;
+  const TimePoint now = clock_.now();
+  range.since = now - std::chrono::hours(24);
+  if (auto it = request.query.find("since"); it != request.query.end()) {
+    auto t = parse_moment(it->second, now);
+    if (!t) return make_error(ErrorCode::InvalidArgument, "since: " + t.error().message());
+    range.since = *t;
+  }
+  if (auto it = request.query.find("until"); it != request.query.end()) {
+    auto t = parse_moment(it->second, now);
+    if (!t) return make_error(ErrorCode::InvalidArgument, "until: " + t.error().message());
+    range.until = *t;
+  }
+  if (range.until && *range.until <= range.since) {
+    return make_error(ErrorCode::InvalidArgument, "until: must be after since");
+  }
+  return range;
+}
+
+net::HttpResponse Coordinator::history(const net::HttpRequest& request) {
+  constexpr std::size_t kMaxLimit = 100000;
+  auto range = time_range(request);
+  if (!range) return error_response(400, range.error().message());
+  auto query = [&](const char* key) {
+    auto it = request.query.find(key);
+    return it == request.query.end() ? std::string() : it->second;
+  };
+  auto filter = parse_job_filter(split(query("user"), ','), split(query("state"), ','));
+  if (!filter) return error_response(400, filter.error().message());
+  std::size_t limit = kMaxLimit;
+  if (std::string l = query("limit"); !l.empty()) {
+    auto n = parse_int<std::size_t>(l);
+    if (!n || *n == 0 || *n > kMaxLimit) {
+      return error_response(400, "limit: must be a number of jobs from 1 to " + std::to_string(kMaxLimit));
+    }
+    limit = *n;
+  }
+  // Filters by user or state read further: the store's limit counts every ended job.
+  const bool filtered = !filter->users.empty() || !filter->states.empty();
+  auto ended = store_.ended_jobs(store::EndedQuery{range->since, range->until, filtered ? 0 : limit});
+  if (!ended) return error_response(503, ended.error().message());
+  Json out = Json::array();
+  for (const auto& rec : *ended) {
+    if (!filter->matches(rec)) continue;
+    if (out.size() >= limit) break;
+    JobView v;
+    v.record = &rec;
+    v.gpus = allocated_gpus(rec);
+    v.nodes = rec.allocation ? static_cast<int>(rec.allocation->nodes.size()) : 0;
+    out.push_back(job_json(v, nullptr));
+  }
+  return json_response(200, out);
+}
+
+net::HttpResponse Coordinator::usage(const net::HttpRequest& request) {
+  auto range = time_range(request);
+  if (!range) return error_response(400, range.error().message());
+  std::string by = "user";
+  if (auto it = request.query.find("by"); it != request.query.end()) by = it->second;
+  if (by != "user" && by != "node" && by != "class") {
+    return error_response(400, "by: must be user, node or class, got " + quote_for_message(by));
+  }
+  const TimePoint now = clock_.now();
+  const TimePoint until = range->until.value_or(now);
+  struct Row {
+    double gpu_hours = 0;
+    std::int64_t jobs = 0;
+  };
+  const store::UsageKey key = by == "user" ? store::UsageKey::User : by == "node" ? store::UsageKey::Node
+                                                                                   : store::UsageKey::Class;
+  constexpr double kMsPerHour = 3600.0 * 1000.0;
+  std::map<std::string, Row> rows;
+  // Ended jobs are summed by the store; jobs still holding GPUs count here, up to now.
+  auto ended = store_.gpu_usage(store::EndedQuery{range->since, until, 0}, key);
+  if (!ended) return error_response(503, ended.error().message());
+  for (const auto& r : *ended) rows[r.key] = {static_cast<double>(r.gpu_ms) / kMsPerHour, r.jobs};
+  if (!range->until || *range->until > now) {
+    auto product = [&](const std::string& node, int gpu) -> std::string {
+      if (const auto* n = ledger_.scheduler().node(node)) {
+        for (const auto& g : n->gpus) {
+          if (g.index == gpu) return g.cls.product;
+        }
+      }
+      return "unknown";
+    };
+    for (const auto& [id, job] : ledger_.live_jobs()) {
+      const auto& rec = job.record;
+      if (!model::holds_resources(rec.state) || !rec.allocation || !rec.started_at) continue;
+      const TimePoint from = std::max(*rec.started_at, range->since);
+      if (now <= from) continue;
+      const double hours = static_cast<double>((now - from).count()) / kMsPerHour;
+      std::set<std::string> counted;
+      for (const auto& na : rec.allocation->nodes) {
+        for (int g : na.gpus) {
+          const std::string k = key == store::UsageKey::User ? rec.user
+                                : key == store::UsageKey::Node ? na.node
+                                                               : product(na.node, g);
+          Row& row = rows[k];
+          row.gpu_hours += hours;
+          if (counted.insert(k).second) ++row.jobs;
+        }
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second.gpu_hours != b.second.gpu_hours ? a.second.gpu_hours > b.second.gpu_hours : a.first < b.first;
+  });
+  Json list = Json::array();
+  double total = 0;
+  for (const auto& [name, row] : sorted) {
+    total += row.gpu_hours;
+    list.push_back(Json{{by, name}, {"gpu_hours", row.gpu_hours}, {"jobs", row.jobs}});
+  }
+  return json_response(200, Json{{"since", format_time(range->since)},
+                                 {"until", format_time(until)},
+                                 {"by", by},
+                                 {"total_gpu_hours", total},
+                                 {"rows", list}});
 }
 
 void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request,

@@ -117,6 +117,16 @@ class Coordinator final : public net::ServerHandler {
   // GET /v1/jobs[?all=1][&user=a,b][&state=S,...][&me=1]
   net::HttpResponse list_jobs(const net::HttpRequest& request, const Caller& caller);
   net::HttpResponse show_job(model::JobId id);
+  struct TimeRange {
+    TimePoint since{};
+    std::optional<TimePoint> until;
+  };
+  // `since` (default: a day ago) and `until` of a history or usage request.
+  Result<TimeRange> time_range(const net::HttpRequest& request);
+  // GET /v1/history: ended jobs from the database, like sacct.
+  net::HttpResponse history(const net::HttpRequest& request);
+  // GET /v1/usage: GPU-hours by user, node or GPU class.
+  net::HttpResponse usage(const net::HttpRequest& request);
   // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
   // seconds have passed, whichever is first; the caller then sees the state either way.
   void wait_job(model::JobId id, const net::HttpRequest& request, Respond respond);

@@ -1,5 +1,9 @@
 #include "coordinator/store/memory_store.hpp"
 
+#include <algorithm>
+#include <set>
+#include <tuple>
+
 namespace corral::store {
 
 std::vector<Result<void>> MemoryStore::commit(std::span<const Change> changes) {
@@ -148,6 +152,54 @@ Result<std::vector<JobRecord>> MemoryStore::jobs(const JobQuery& query) {
     if (query.user && job.user != *query.user) continue;
     out.push_back(job);
   }
+  return out;
+}
+
+Result<std::vector<JobRecord>> MemoryStore::ended_jobs(const EndedQuery& query) {
+  std::vector<JobRecord> out;
+  for (const auto& [id, job] : jobs_) {
+    if (!model::is_terminal(job.state) || !job.ended_at || *job.ended_at < query.since) continue;
+    if (query.until && *job.ended_at >= *query.until) continue;
+    JobRecord light = job;
+    light.spec_yaml.clear();
+    light.ranks.clear();
+    light.fences.clear();
+    light.submission = {};
+    out.push_back(std::move(light));
+  }
+  std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) {
+    return std::tie(*a.ended_at, a.id) < std::tie(*b.ended_at, b.id);
+  });
+  if (query.limit != 0 && out.size() > query.limit) out.resize(query.limit);
+  return out;
+}
+
+Result<std::vector<UsageRow>> MemoryStore::gpu_usage(const EndedQuery& query, UsageKey by) {
+  if (!query.until) return make_error(ErrorCode::InvalidArgument, "gpu_usage needs an end of range");
+  std::map<std::string, std::pair<std::int64_t, std::set<model::JobId>>> sums;
+  for (const auto& [id, job] : jobs_) {
+    if (!model::is_terminal(job.state) || !job.ended_at || !job.started_at || !job.allocation) continue;
+    if (*job.ended_at < query.since || *job.ended_at >= *query.until) continue;
+    const std::int64_t ms = to_millis(std::min(*job.ended_at, *query.until)) - to_millis(std::max(*job.started_at, query.since));
+    if (ms <= 0) continue;
+    for (const auto& na : job.allocation->nodes) {
+      for (int g : na.gpus) {
+        std::string key = by == UsageKey::User ? job.user : by == UsageKey::Node ? na.node : "unknown";
+        if (by == UsageKey::Class) {
+          if (auto n = nodes_.find(na.node); n != nodes_.end()) {
+            for (const auto& gpu : n->second.gpus) {
+              if (gpu.index == g) key = gpu.cls.product;
+            }
+          }
+        }
+        auto& [total, jobs] = sums[key];
+        total += ms;
+        jobs.insert(id);
+      }
+    }
+  }
+  std::vector<UsageRow> out;
+  for (const auto& [key, sum] : sums) out.push_back({key, sum.first, static_cast<std::int64_t>(sum.second.size())});
   return out;
 }
 

@@ -100,11 +100,17 @@ CREATE TABLE job_submissions (
 ) STRICT;
 )sql";
 
+// Version 5: history and accounting read ended jobs by end time.
+constexpr std::string_view kMigration5 = R"sql(
+CREATE INDEX jobs_by_end ON jobs (ended_at, id) WHERE ended_at IS NOT NULL;
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
     {2, kMigration2},
     {3, kMigration3},
     {4, kMigration4},
+    {5, kMigration5},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

@@ -458,6 +458,61 @@ Result<std::vector<JobRecord>> SqliteStore::jobs(const JobQuery& query) {
   return select_jobs(query.include_terminal ? select_all_jobs_sql() : select_active_jobs_sql(), query);
 }
 
+Result<std::vector<JobRecord>> SqliteStore::ended_jobs(const EndedQuery& query) {
+  // The columns of kSelectJob, with what a history does not show left empty; the partial
+  // index jobs_by_end makes this a range scan.
+  static const std::string sql =
+      "SELECT id, user, name, '', state, reason, attempt, submitted_at, started_at, ended_at, allocation, nccl_id, "
+      "failed_rank, failed_node, exit_code, '[]', outcome, '[]', detail, NULL, NULL FROM jobs "
+      "WHERE ended_at IS NOT NULL AND ended_at >= ?1 AND (?2 IS NULL OR ended_at < ?2) AND state NOT IN (" +
+      active_states_sql() + ") ORDER BY ended_at, id LIMIT ?3";
+  auto stmt = db_->prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, to_millis(query.since));
+  (*stmt)->bind(2, optional_millis(query.until));
+  (*stmt)->bind(3, query.limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(query.limit));
+  std::vector<JobRecord> jobs;
+  while (true) {
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("read ended jobs"));
+    if (!*row) return jobs;
+    auto job = read_job(**stmt);
+    if (!job) return std::unexpected(job.error());
+    jobs.push_back(std::move(*job));
+  }
+}
+
+Result<std::vector<UsageRow>> SqliteStore::gpu_usage(const EndedQuery& query, UsageKey by) {
+  if (!query.until) return make_error(ErrorCode::InvalidArgument, "gpu_usage needs an end of range");
+  // One row per GPU of each allocation (json_each twice), its time clipped to the range;
+  // a GPU's product comes from its node's stored inventory. Summed in SQLite: what
+  // crosses into C++ is one row per key.
+  const std::string base =
+      "WITH j AS (SELECT id, user, allocation, MAX(started_at, ?1) AS f, MIN(ended_at, ?2) AS t FROM jobs "
+      "  WHERE ended_at IS NOT NULL AND ended_at >= ?1 AND ended_at < ?2 AND started_at IS NOT NULL "
+      "  AND allocation IS NOT NULL AND state NOT IN (" + active_states_sql() + ")), "
+      "g AS (SELECT j.id AS id, j.user AS user, json_extract(n.value, '$.node') AS node, "
+      "  CAST(x.value AS INTEGER) AS gpu, j.t - j.f AS ms "
+      "  FROM j, json_each(j.allocation, '$.nodes') AS n, json_each(n.value, '$.gpus') AS x WHERE j.t > j.f), "
+      "c AS MATERIALIZED (SELECT nodes.name AS node, CAST(json_extract(y.value, '$.index') AS INTEGER) AS gpu, "
+      "  json_extract(y.value, '$.product') AS product FROM nodes, json_each(nodes.gpus) AS y) ";
+  const std::string key = by == UsageKey::User ? "g.user" : by == UsageKey::Node ? "g.node" : "COALESCE(c.product, 'unknown')";
+  const std::string sql = base + "SELECT " + key + " AS k, SUM(g.ms), COUNT(DISTINCT g.id) FROM g " +
+                          (by == UsageKey::Class ? "LEFT JOIN c ON c.node = g.node AND c.gpu = g.gpu " : "") +
+                          "GROUP BY k ORDER BY k";
+  auto stmt = db_->prepare(sql);
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, to_millis(query.since));
+  (*stmt)->bind(2, to_millis(*query.until));
+  std::vector<UsageRow> rows;
+  while (true) {
+    auto row = (*stmt)->step();
+    if (!row) return std::unexpected(row.error().with_context("sum GPU time"));
+    if (!*row) return rows;
+    rows.push_back({(*stmt)->text(0), (*stmt)->int64(1), (*stmt)->int64(2)});
+  }
+}
+
 Result<std::vector<JobEvent>> SqliteStore::events(model::JobId id) {
   auto stmt = db_->prepare("SELECT job_id, at, text FROM job_events WHERE job_id = ?1 ORDER BY seq");
   if (!stmt) return std::unexpected(stmt.error());

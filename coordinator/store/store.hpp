@@ -149,6 +149,24 @@ struct JobQuery {
   std::optional<std::string> user;
 };
 
+// Jobs that ended in [since, until), for history and accounting.
+struct EndedQuery {
+  TimePoint since{};
+  std::optional<TimePoint> until;
+  std::size_t limit = 0;  // 0: no limit
+};
+
+// What GPU time is summed by: the job's user, the node, or the GPU's product name (from
+// the node's stored inventory; "unknown" for a GPU no node lists now).
+enum class UsageKey { User, Node, Class };
+struct UsageRow {
+  std::string key;
+  std::int64_t gpu_ms = 0;  // GPU-milliseconds within the range
+  std::int64_t jobs = 0;    // distinct jobs that used them
+
+  bool operator==(const UsageRow&) const = default;
+};
+
 // Everything the coordinator needs to rebuild its state after a restart.
 struct Snapshot {
   std::vector<model::Node> nodes;
@@ -170,6 +188,13 @@ class Store {
   virtual Result<std::optional<JobRecord>> job(model::JobId id) = 0;
   // Ordered by id.
   virtual Result<std::vector<JobRecord>> jobs(const JobQuery& query) = 0;
+  // Ended jobs (terminal states) by end time, then id, the first `limit`; each without
+  // its spec, ranks, fences and submission, which a history does not show.
+  virtual Result<std::vector<JobRecord>> ended_jobs(const EndedQuery& query) = 0;
+  // The GPU time of the ended jobs of `query` (its limit ignored) that falls within
+  // [since, until) (until required), each GPU of the allocation counted from the job's
+  // start to its end; ordered by key.
+  virtual Result<std::vector<UsageRow>> gpu_usage(const EndedQuery& query, UsageKey by) = 0;
   // In the order they were appended.
   virtual Result<std::vector<JobEvent>> events(model::JobId id) = 0;
   virtual Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) = 0;

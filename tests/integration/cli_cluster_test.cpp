@@ -235,6 +235,36 @@ TEST_F(CliClusterTest, DependenciesHoldThroughACoordinatorRestartAndACancelledOn
             "corral: after_any: no job 99999\n");
 }
 
+TEST_F(CliClusterTest, HistoryListsEndedJobsAndUsageSumsTheirGpuTime) {
+  EXPECT_EQ(corral({"run", "-N", "2", "--gpus-per-node", "2", "-J", "four", "--", "sleep", "1"}).exit_code, 0);
+  EXPECT_EQ(corral({"run", "-G", "1", "-J", "fails", "--", "sh", "-c", "exit 5"}).exit_code, 5);
+  auto h = corral({"history"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_NE(h.out.find("four"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("5 (rank 0)"), std::string::npos) << h.out;
+  auto failed = corral({"history", "--state", "FAILED", "--json"});
+  Json list = Json::parse(failed.out);
+  ASSERT_EQ(list.size(), 1u) << failed.out;
+  EXPECT_EQ(list[0]["name"], "fails");
+  EXPECT_EQ(list[0]["exit_code"], 5);
+  EXPECT_EQ(Json::parse(corral({"history", "--until", "2000-01-01", "--since", "1999-01-01", "--json"}).out).size(), 0u);
+  EXPECT_EQ(corral({"history", "--since", "soon"}).exit_code, 2);
+  auto u = corral({"usage", "--json"});
+  ASSERT_EQ(u.exit_code, 0) << u.err;
+  Json usage = Json::parse(u.out);
+  ASSERT_EQ(usage["rows"].size(), 1u) << u.out;
+  EXPECT_EQ(usage["rows"][0]["user"], current_user());
+  EXPECT_EQ(usage["rows"][0]["jobs"], 2);
+  // Four GPUs for at least a second, one GPU for a moment.
+  EXPECT_GE(usage["total_gpu_hours"].get<double>(), 4.0 / 3600);
+  EXPECT_LT(usage["total_gpu_hours"].get<double>(), 60.0 / 3600);
+  auto by_node = Json::parse(corral({"usage", "--by", "node", "--json"}).out);
+  EXPECT_EQ(by_node["rows"].size(), 2u) << by_node.dump();
+  auto by_class = Json::parse(corral({"usage", "--by", "class", "--json"}).out);
+  ASSERT_EQ(by_class["rows"].size(), 1u);
+  EXPECT_EQ(by_class["rows"][0]["class"], "NVIDIA A100-SXM4-80GB");
+}
+
 TEST_F(CliClusterTest, EveryProgramSaysItsVersion) {
   for (const char* bin : {CORRAL_CLI_BIN, CORRAL_COORDINATOR_BIN, CORRAL_AGENT_BIN, CORRAL_WORKER_BIN}) {
     auto o = run({bin, "--version"}, {});

@@ -28,6 +28,19 @@ TEST(ParseDuration, RejectsMissingUnitZeroAndGarbage) {
   EXPECT_EQ(parse_duration("90").error().message(), "missing unit (s, m, h or d) in duration \"90\"");
 }
 
+TEST(ParseMoment, ADurationBackADayATimeOrRfc3339) {
+  const TimePoint now = *parse_rfc3339("2026-12-04T18:00:00Z");
+  EXPECT_EQ(parse_moment("2d", now).value(), *parse_rfc3339("2026-12-02T18:00:00Z"));
+  EXPECT_EQ(parse_moment("2026-12-01", now).value(), *parse_rfc3339("2026-12-01T00:00:00Z"));
+  EXPECT_EQ(parse_moment("2026-12-01T10:30", now).value(), *parse_rfc3339("2026-12-01T10:30:00Z"));
+  EXPECT_EQ(parse_moment("2026-12-01T10:30:05+01:00", now).value(), *parse_rfc3339("2026-12-01T09:30:05Z"));
+  for (const char* bad : {"", "yesterday", "2026-13-01", "-2d", "2026-12-01T10"}) {
+    auto r = parse_moment(bad, now);
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message().find("expected a duration back from now"), std::string::npos);
+  }
+}
+
 TEST(FormatDuration, RoundTripsThroughParse) {
   for (auto d : {Duration(90s), Duration(90min), Duration(26h), Duration(1500ms)}) {
     EXPECT_EQ(parse_duration(format_duration(d)).value(), d) << format_duration(d);

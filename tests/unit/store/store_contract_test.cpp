@@ -253,6 +253,67 @@ TYPED_TEST(StoreContract, UpdateReplacesEveryFieldButWhereAndWithWhatItWasSubmit
   EXPECT_EQ(this->read(5), requeued);
 }
 
+TYPED_TEST(StoreContract, EndedJobsComeByEndTimeWithinTheRangeAndLight) {
+  JobRecord full = every_field(50);  // FAILED, ended at 1'712'349'999'999
+  this->insert(full);
+  this->insert(ended(pending(9), JobState::Cancelled));   // ended at 1'700'000'200'009
+  this->insert(ended(pending(8), JobState::Completed));   // ended at 1'700'000'200'008
+  this->insert(pending(10));                               // live: never listed
+  JobRecord requeued = pending(11);
+  requeued.ended_at = at(1'700'000'200'100);               // a stale end on a live job: not listed
+  this->insert(requeued);
+  auto all = this->store_->ended_jobs(EndedQuery{at(0), std::nullopt, 0});
+  ASSERT_TRUE(all.has_value()) << all.error().message();
+  std::vector<model::JobId> ids;
+  for (const auto& j : *all) ids.push_back(j.id);
+  EXPECT_EQ(ids, (std::vector<model::JobId>{8, 9, 50}));
+  // Without what a history does not show, and with the rest.
+  const JobRecord& back = all->back();
+  EXPECT_TRUE(back.spec_yaml.empty());
+  EXPECT_TRUE(back.ranks.empty());
+  EXPECT_EQ(back.allocation, full.allocation);
+  EXPECT_EQ(back.exit_code, 137);
+  EXPECT_EQ(back.failed_node, "gpu-b");
+  EXPECT_EQ(back.detail, full.detail);
+  auto range = this->store_->ended_jobs(EndedQuery{at(1'700'000'200'009), at(1'712'349'999'999), 0});
+  ASSERT_TRUE(range.has_value());
+  ASSERT_EQ(range->size(), 1u);
+  EXPECT_EQ(range->front().id, 9);
+  auto first = this->store_->ended_jobs(EndedQuery{at(0), std::nullopt, 2});
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->size(), 2u);
+}
+
+TYPED_TEST(StoreContract, GpuUsageSumsEachGpusTimeWithinTheRangeByUserNodeAndClass) {
+  model::Node a = node("gpu-a", 4);  // every GPU of node() is one product
+  ASSERT_TRUE(this->store_->commit(Change{{UpsertNode{a}}}).has_value());
+  const std::string product = a.gpus.front().cls.product;
+  auto job = [](model::JobId id, const std::string& user, model::Allocation alloc, std::int64_t start, std::int64_t end) {
+    JobRecord j = running(id, std::move(alloc));
+    j.user = user;
+    j.state = JobState::Completed;
+    j.started_at = at(start);
+    j.ended_at = at(end);
+    return j;
+  };
+  // 2 GPUs for 10 s; 1 GPU on gpu-a and 1 on a node no longer known for 4 s, half of it
+  // before the range; one that ended after it.
+  this->insert(job(1, "ada", alloc("gpu-a", {0, 1}, "10.0.0.1", 29500), 10'000, 20'000));
+  this->insert(job(2, "bob", model::Allocation{{{"gpu-a", {2}}, {"gone", {0}}}, "10.0.0.1", 29501}, 8'000, 12'000));
+  this->insert(job(3, "bob", alloc("gpu-a", {3}, "10.0.0.1", 29502), 10'000, 90'000));
+  this->insert(pending(4));
+  const EndedQuery range{at(10'000), at(60'000), 0};
+  auto by_user = this->store_->gpu_usage(range, UsageKey::User);
+  ASSERT_TRUE(by_user.has_value()) << by_user.error().message();
+  EXPECT_EQ(*by_user, (std::vector<UsageRow>{{"ada", 20'000, 1}, {"bob", 4'000, 1}}));
+  auto by_node = this->store_->gpu_usage(range, UsageKey::Node);
+  ASSERT_TRUE(by_node.has_value());
+  EXPECT_EQ(*by_node, (std::vector<UsageRow>{{"gone", 2'000, 1}, {"gpu-a", 22'000, 2}}));
+  auto by_class = this->store_->gpu_usage(range, UsageKey::Class);
+  ASSERT_TRUE(by_class.has_value());
+  EXPECT_EQ(*by_class, (std::vector<UsageRow>{{product, 22'000, 2}, {"unknown", 2'000, 1}}));
+}
+
 TYPED_TEST(StoreContract, UnknownJobReadsAsNothing) {
   EXPECT_EQ(this->read(99), std::nullopt);
   EXPECT_TRUE(this->events_of(99).empty());
