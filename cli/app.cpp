@@ -47,6 +47,7 @@ struct SpecFlags {
   std::vector<std::int64_t> after_ok;
   std::vector<std::int64_t> after_any;
   std::vector<std::int64_t> after_not_ok;
+  std::string array;
   std::vector<CLI::Option*> options;  // in the order add_to adds them
 
   void add_to(CLI::App* app) {
@@ -72,6 +73,8 @@ struct SpecFlags {
                         "Start only after these jobs ended other than COMPLETED (after_not_ok)")
             ->delimiter(',')
             ->check(positive),
+        app->add_option("--array,-a", array,
+                        "A job array: one job per index, as sbatch --array (0-99%8, 1,3,5, 0-30:10; array)"),
     };
   }
 
@@ -88,6 +91,7 @@ struct SpecFlags {
     if (*options[7]) o.after_ok = after_ok;
     if (*options[8]) o.after_any = after_any;
     if (*options[9]) o.after_not_ok = after_not_ok;
+    if (*options[10]) o.array = array;
     if (!command.empty()) {
       o.command = command;
       // A job without a name is named after its program, as sbatch --wrap names it "wrap".
@@ -122,7 +126,19 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
   CLI::App app{"corral: submit GPU jobs to a corral cluster and watch them", "corral"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_line("corral"));
-  const CLI::Validator job_id = integer_at_least(1, "a job id (a positive integer)");
+  // A job id, or ARRAY_INDEX ("42_7") for an element of an array.
+  const CLI::Validator job_id = CLI::Validator(
+      [](std::string& value) -> std::string {
+        auto underscore = value.find('_');
+        auto id = parse_int<long long>(value.substr(0, underscore));
+        bool ok = id && *id >= 1;
+        if (ok && underscore != std::string::npos) {
+          auto index = parse_int<int>(value.substr(underscore + 1));
+          ok = index && *index >= 0;
+        }
+        return ok ? std::string() : "must be a job id (a positive integer, or ARRAY_INDEX like 42_7), got \"" + value + "\"";
+      },
+      "", "");
   // Lets --config follow the subcommand as well as precede it.
   app.fallthrough();
   std::string config_file;

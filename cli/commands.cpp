@@ -44,8 +44,8 @@ int print_json(CommandContext& ctx, const std::string& body) {
   return kExitOk;
 }
 
-std::string job_path(std::int64_t id) {
-  return "/v1/jobs/" + std::to_string(id);
+std::string job_path(const std::string& ref) {
+  return "/v1/jobs/" + net::percent_encode(ref);
 }
 
 // Reads the spec file, refusing more than the coordinator would take before reading it all.
@@ -206,12 +206,15 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
     ctx.out << format_dry_run(*d);
     return kExitOk;
   }
-  auto id = parse_submitted_id(answer);
-  if (!id) return fail(ctx, id.error());
+  auto ids = parse_submitted_ids(answer);
+  if (!ids) return fail(ctx, ids.error());
   if (options.parsable) {
-    ctx.out << *id << "\n";
+    ctx.out << ids->front() << "\n";
+  } else if (options.overrides.array || ids->size() > 1) {
+    ctx.out << "Submitted array job " << ids->front() << " (" << ids->size() << " elements, jobs " << ids->front()
+            << "-" << ids->back() << ")\n";
   } else {
-    ctx.out << "Submitted job " << *id << "\n";
+    ctx.out << "Submitted job " << ids->front() << "\n";
   }
   return kExitOk;
 }
@@ -286,12 +289,16 @@ int run_nodes(CommandContext& ctx, bool json) {
 
 int run_cancel(CommandContext& ctx, const CancelOptions& options) {
   if (options.jobs.size() == 1 && options.users.empty() && options.states.empty()) {
-    const std::int64_t id = options.jobs.front();
+    const std::string& id = options.jobs.front();
     auto body = call(ctx, "POST", job_path(id) + "/cancel");
     if (!body) return fail(ctx, body.error());
     if (options.json) return print_json(ctx, *body);
     auto job = parse_job(*body);
     if (!job) return fail(ctx, job.error());
+    if (!job->array_cancelled.empty()) {
+      ctx.out << "Cancelled array " << id << " (" << job->array_cancelled.size() << " live elements)\n";
+      return kExitOk;
+    }
     ctx.out << "Cancelled job " << id;
     // Ranks may still be stopping: say so rather than claim they are gone.
     if (job->state != "CANCELLED") ctx.out << " (state " << job->state << ")";
@@ -300,7 +307,18 @@ int run_cancel(CommandContext& ctx, const CancelOptions& options) {
   }
   // Many at once: one request, one commit, each job answered on its own.
   Json request = Json::object();
-  if (!options.jobs.empty()) request["ids"] = options.jobs;
+  if (!options.jobs.empty()) {
+    request["ids"] = Json::array();
+    // Plain ids as numbers; ARRAY_INDEX as text, for the coordinator to resolve.
+    for (const auto& ref : options.jobs) {
+      auto n = parse_int<std::int64_t>(ref);
+      if (n) {
+        request["ids"].push_back(*n);
+      } else {
+        request["ids"].push_back(ref);
+      }
+    }
+  }
   if (!options.users.empty()) request["user"] = options.users;
   if (!options.states.empty()) request["state"] = options.states;
   auto body = call(ctx, "POST", "/v1/jobs/cancel", request.dump(-1, ' ', false, Json::error_handler_t::replace));

@@ -77,14 +77,14 @@ struct UsageOptions {
 
 // `corral cancel ID...`, or every live job matching --user/--state.
 struct CancelOptions {
-  std::vector<std::int64_t> jobs;
+  std::vector<std::string> jobs;  // ids, or ARRAY_INDEX; an array's id cancels every element
   std::vector<std::string> users;
   std::vector<std::string> states;
   bool json = false;
 };
 
 struct JobOptions {
-  std::int64_t job = 0;
+  std::string job;  // "42", or "42_7": element 7 of array 42
   bool json = false;
 };
 
@@ -93,7 +93,7 @@ struct JobOptions {
 inline constexpr Duration kWaitHold = std::chrono::seconds(20);
 
 struct WaitOptions {
-  std::int64_t job = 0;
+  std::string job;  // "42", or "42_7": element 7 of array 42
   std::optional<Duration> timeout = std::nullopt;  // nullopt: wait for as long as it takes
   bool json = false;
   Duration poll_interval = std::chrono::milliseconds(200);
@@ -103,7 +103,7 @@ struct WaitOptions {
 };
 
 struct LogsOptions {
-  std::int64_t job = 0;
+  std::string job;  // "42", or "42_7": element 7 of array 42
   int rank = 0;
   bool follow = false;
   Duration poll_interval = std::chrono::milliseconds(250);
@@ -112,7 +112,7 @@ struct LogsOptions {
 };
 
 struct StackOptions {
-  std::int64_t job = 0;
+  std::string job;  // "42", or "42_7": element 7 of array 42
   std::optional<int> rank;
   bool json = false;
 };

@@ -4,8 +4,11 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include "common/core/strings.hpp"
+#include "common/model/job_array.hpp"
 
 namespace corral::cli {
 
@@ -155,12 +158,31 @@ Duration job_run_time(const JobInfo& job, TimePoint now) {
   return std::max(Duration(0), end - *started);
 }
 
+std::string job_ref(const JobInfo& job) {
+  if (!job.array_job) return std::to_string(job.id);
+  return std::to_string(*job.array_job) + "_" + std::to_string(job.array_index);
+}
+
 std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now) {
   Table t({"ID", "NAME", "USER", "STATE", "REASON", "NODES", "GPUS", "TIME", "TIME_LIMIT"});
+  // As squeue: an array's pending elements on one line, 42_[3-99%8], where its first is.
+  std::map<std::int64_t, std::vector<int>> pending_of;
   for (const auto& job : jobs) {
-    t.add({std::to_string(job.id), cell(job.name), cell(job.user), cell(job.state), cell(job.reason),
-           nodes_cell(job), std::to_string(job.gpus), format_elapsed(job_run_time(job, now)),
-           format_time_limit(job.time_limit_s)});
+    if (job.array_job && job.state == "PENDING") pending_of[*job.array_job].push_back(job.array_index);
+  }
+  std::set<std::int64_t> shown;
+  for (const auto& job : jobs) {
+    std::string id = job_ref(job);
+    if (job.array_job && job.state == "PENDING") {
+      if (!shown.insert(*job.array_job).second) continue;
+      const auto& indices = pending_of.at(*job.array_job);
+      if (indices.size() > 1 || job.array_max_running > 0) {
+        id = std::to_string(*job.array_job) + "_[" + model::format_indices(indices) +
+             (job.array_max_running > 0 ? "%" + std::to_string(job.array_max_running) : "") + "]";
+      }
+    }
+    t.add({id, cell(job.name), cell(job.user), cell(job.state), cell(job.reason), nodes_cell(job),
+           std::to_string(job.gpus), format_elapsed(job_run_time(job, now)), format_time_limit(job.time_limit_s)});
   }
   return t.render();
 }
@@ -170,7 +192,7 @@ std::string format_history(const std::vector<JobInfo>& jobs, TimePoint now) {
   for (const auto& job : jobs) {
     std::string exit = job.exit_code ? std::to_string(*job.exit_code) : "-";
     if (job.failed_rank) exit += " (rank " + std::to_string(*job.failed_rank) + ")";
-    t.add({std::to_string(job.id), cell(job.name), cell(job.user), cell(job.state), cell(job.reason), exit,
+    t.add({job_ref(job), cell(job.name), cell(job.user), cell(job.state), cell(job.reason), exit,
            nodes_cell(job), std::to_string(job.gpus), format_elapsed(job_run_time(job, now)), cell(job.ended_at)});
   }
   return t.render();
@@ -193,7 +215,7 @@ std::string format_usage(const UsageInfo& usage) {
 
 std::string format_job(const JobInfo& job, TimePoint now) {
   std::vector<std::pair<std::string, std::string>> fields;
-  fields.emplace_back("ID", std::to_string(job.id));
+  fields.emplace_back("ID", std::to_string(job.id) + (job.array_job ? " (array element " + job_ref(job) + ")" : ""));
   fields.emplace_back("Name", cell(job.name));
   fields.emplace_back("User", cell(job.user));
   fields.emplace_back("State", cell(job.state) + (job.state == "ENDING" && !job.outcome.empty()

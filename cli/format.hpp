@@ -27,6 +27,8 @@ bool is_terminal_state(std::string_view state);
 Duration job_run_time(const JobInfo& job, TimePoint now);
 
 // ID NAME USER STATE REASON NODES GPUS TIME TIME_LIMIT, one job a line.
+// "42", or "42_7" for element 7 of array 42.
+std::string job_ref(const JobInfo& job);
 std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now);
 // `corral history`: ended jobs with their outcome, exit code (and failing rank), run time.
 std::string format_history(const std::vector<JobInfo>& jobs, TimePoint now);

@@ -137,6 +137,18 @@ JobInfo read_job(const Json& j, const std::string& path, JsonReader& parent) {
     for (std::size_t i = 0; i < ranks->size(); ++i)
       job.ranks.push_back(read_rank((*ranks)[i], r.item_path("ranks", i), r));
   }
+  if (const Json* array = r.raw("array", false); array != nullptr && !array->is_null()) {
+    JsonReader a(*array, r.child_path("array"));
+    job.array_job = a.i64("job", 1, std::numeric_limits<std::int64_t>::max());
+    job.array_index = a.i32("index", 0, static_cast<int>(kMaxInt), 0);
+    job.array_max_running = a.i32("max_running", 0, static_cast<int>(kMaxInt), 0);
+    r.absorb(a);
+  }
+  if (const Json* cancelled = r.array("array_cancelled", kMaxItems, false)) {
+    for (const auto& c : *cancelled) {
+      if (c.is_number_integer()) job.array_cancelled.push_back(c.get<std::int64_t>());
+    }
+  }
   if (const Json* deps = r.array("dependencies", kMaxItems, false)) {
     for (std::size_t i = 0; i < deps->size(); ++i) {
       JsonReader e((*deps)[i], r.item_path("dependencies", i));
@@ -276,6 +288,21 @@ Result<std::int64_t> parse_submitted_id(std::string_view json) {
   });
 }
 
+Result<std::vector<std::int64_t>> parse_submitted_ids(std::string_view json) {
+  return read_one<std::vector<std::int64_t>>(json, [](const Json& j, const std::string&, JsonReader& top) {
+    JsonReader r(j);
+    std::vector<std::int64_t> ids;
+    if (const Json* list = r.array("ids", kMaxItems, false)) {
+      for (const auto& v : *list) {
+        if (v.is_number_integer()) ids.push_back(v.get<std::int64_t>());
+      }
+    }
+    if (ids.empty()) ids.push_back(r.i64("id", 1, std::numeric_limits<std::int64_t>::max()));
+    top.absorb(r);
+    return ids;
+  });
+}
+
 Result<LogChunk> parse_log_chunk(std::string_view json) {
   return read_one<LogChunk>(json, [](const Json& j, const std::string&, JsonReader& top) {
     JsonReader r(j);
@@ -353,8 +380,9 @@ Result<BulkCancelInfo> parse_bulk_cancel(std::string_view json) {
       b.cancelled.emplace_back(id, text(e, "state"));
     });
     each("failed", [&](JsonReader& e) {
-      std::int64_t id = e.i64("id", 1, std::numeric_limits<std::int64_t>::max());
-      b.failed.emplace_back(id, text(e, "error"));
+      // The id as sent: a number, or an ARRAY_INDEX that named no job.
+      const Json* id = e.raw("id", false);
+      b.failed.emplace_back(id != nullptr && id->is_number_integer() ? id->get<std::int64_t>() : 0, text(e, "error"));
     });
     top.absorb(r);
     return b;

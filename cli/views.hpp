@@ -73,6 +73,11 @@ struct JobInfo {
   std::vector<RankInfo> ranks;
   std::optional<RendezvousInfo> rendezvous;
   std::vector<std::pair<std::string, std::int64_t>> dependencies;  // (after_ok, 41), in spec order
+  // An array's element: the array's id, its index, the array's "%N" (0: none).
+  std::optional<std::int64_t> array_job;
+  int array_index = 0;
+  int array_max_running = 0;
+  std::vector<std::int64_t> array_cancelled;  // cancel of an array: the elements cancelled
   std::vector<EventInfo> events;
 
   // The allocation's node names: node_list, or else the ranks' nodes in rank order.
@@ -126,6 +131,8 @@ struct LogChunk {
 [[nodiscard]] Result<NodeInfo> parse_node(std::string_view json);
 [[nodiscard]] Result<DryRunInfo> parse_dry_run(std::string_view json);
 [[nodiscard]] Result<std::int64_t> parse_submitted_id(std::string_view json);
+// Every id a submission made: one, or each element of an array.
+[[nodiscard]] Result<std::vector<std::int64_t>> parse_submitted_ids(std::string_view json);
 [[nodiscard]] Result<LogChunk> parse_log_chunk(std::string_view json);
 
 // GET /v1/jobs/ID/stack: one report per rank.

@@ -11,6 +11,7 @@
 
 #include "common/core/time.hpp"
 #include "common/model/cuda_version.hpp"
+#include "common/model/job_array.hpp"
 #include "common/model/submission.hpp"
 
 namespace corral::model {
@@ -88,6 +89,7 @@ struct JobSpec {
   int priority = 0;                                          // -1000..1000
   int retries = 0;                                           // 0..10
   std::vector<Dependency> dependencies;                      // in spec order: after_ok, after_any, after_not_ok
+  std::optional<ArraySpec> array;                            // `array:`: one job per index
 
   bool operator==(const JobSpec&) const = default;
 };

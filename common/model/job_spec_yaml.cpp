@@ -32,9 +32,9 @@ using spec_text::reserved_env_problem;
 using spec_text::valid_env_name;
 using spec_text::valid_job_name;
 
-constexpr std::array<std::string_view, 13> kTopFields = {
-    "name",       "command",  "workdir", "env",     "export",    "resources",   "launch",
-    "time_limit", "priority", "retries", "after_ok", "after_any", "after_not_ok"};
+constexpr std::array<std::string_view, 14> kTopFields = {
+    "name",       "command",  "workdir", "env",      "export",    "resources",    "launch",
+    "time_limit", "priority", "retries", "after_ok", "after_any", "after_not_ok", "array"};
 constexpr std::array<std::string_view, 4> kResourceFields = {"nodes", "gpus_per_node", "gpus", "gpu"};
 constexpr std::array<std::string_view, 3> kGpuFields = {"model", "min_memory_gb", "min_cuda"};
 constexpr std::array<std::string_view, 6> kLaunchFields = {"mode",
@@ -339,6 +339,15 @@ std::optional<JobSpec> SpecReader::read(const YAML::Node& root) {
   }
   for (DependencyKind kind : {DependencyKind::AfterOk, DependencyKind::AfterAny, DependencyKind::AfterNotOk}) {
     if (auto it = top.find(to_string(kind)); it != top.end()) read_dependencies(it->second, kind, spec);
+  }
+  if (auto it = top.find("array"); it != top.end()) {
+    if (auto text = read_scalar(it->second, "must be indices like \"0-99%8\"")) {
+      if (auto array = parse_array(*text)) {
+        spec.array = std::move(*array);
+      } else {
+        add(it->second.value_at, it->second.path, array.error().message());
+      }
+    }
   }
   if (problems_.size() != problems_before) return std::nullopt;
   return spec;
@@ -904,7 +913,7 @@ namespace corral::model {
 
 bool SpecOverrides::empty() const {
   return !name && !command && !nodes && !gpus_per_node && !gpus && !time_limit && !priority && !retries && !after_ok &&
-         !after_any && !after_not_ok;
+         !after_any && !after_not_ok && !array;
 }
 
 std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
@@ -921,6 +930,7 @@ std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
   if (after_ok) out.emplace_back("after_ok", "--after-ok");
   if (after_any) out.emplace_back("after_any", "--after-any");
   if (after_not_ok) out.emplace_back("after_not_ok", "--after-not-ok");
+  if (array) out.emplace_back("array", "--array");
   return out;
 }
 
@@ -987,6 +997,7 @@ std::string overridden(std::string_view yaml_text, const SpecOverrides& o, const
   ids("after_ok", o.after_ok);
   ids("after_any", o.after_any);
   ids("after_not_ok", o.after_not_ok);
+  if (o.array) root["array"] = *o.array;
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";

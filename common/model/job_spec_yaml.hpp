@@ -69,6 +69,7 @@ struct SpecOverrides {
   std::optional<std::vector<std::int64_t>> after_ok;      // replace the spec's list
   std::optional<std::vector<std::int64_t>> after_any;
   std::optional<std::vector<std::int64_t>> after_not_ok;
+  std::optional<std::string> array;                    // "0-99%8"
 
   bool empty() const;
   // The spec fields (as parser paths: "resources.nodes") these replace, each with the flag

@@ -1,5 +1,6 @@
 #include "coordinator/ledger/ledger.hpp"
 
+#include "common/core/check.hpp"
 #include "common/core/hex.hpp"
 
 #include <spdlog/spdlog.h>
@@ -75,32 +76,103 @@ void Ledger::send(const std::string& node, protocol::CoordinatorMessage message)
 Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec spec, std::string spec_text,
                                          TimePoint now, model::Submission submission, const EndedLookup& ended) {
   now_ = now;
-  model::JobId id = max_job_id_ + 1;
+  const model::JobId first = max_job_id_ + 1;
   for (const auto& d : spec.dependencies) {
-    bool exists = d.job < id && (any(d.job) != nullptr || (ended && ended(d.job)));
+    bool exists = d.job < first && (any(d.job) != nullptr || (ended && ended(d.job)));
     if (!exists) {
       return make_error(ErrorCode::InvalidArgument,
                         std::string(model::to_string(d.kind)) + ": no job " + std::to_string(d.job));
     }
   }
-  store::JobRecord rec;
-  rec.id = id;
-  rec.user = user;
-  rec.name = spec.name;
-  rec.spec_yaml = std::move(spec_text);
-  rec.state = JobState::Pending;
-  rec.submitted_at = now;
-  rec.submission = std::move(submission);
-  if (auto added = scheduler_.add_pending(id, user, spec, now); !added) return std::unexpected(added.error());
-  max_job_id_ = id;
-  ++stats_.submitted;
+  // An array is one request and one commit: every element a job of its own, ids in a row.
+  std::vector<std::optional<store::ArrayElement>> elements;
+  if (spec.array) {
+    for (int index : spec.array->indices) elements.emplace_back(store::ArrayElement{first, index});
+  } else {
+    elements.emplace_back(std::nullopt);
+  }
   Submitted out;
-  out.id = id;
-  out.change.mutations.emplace_back(store::InsertJob{rec});
-  out.change.mutations.emplace_back(store::AppendEvent{{id, now, "submitted by " + user}});
-  auto& job = jobs_.emplace(id, Job{std::move(rec), std::move(spec), {}, {}, false, {}, {}}).first->second;
-  watch_dependencies(job, ended);
+  out.id = first;
+  for (std::size_t i = 0; i < elements.size(); ++i) {
+    const model::JobId id = first + static_cast<model::JobId>(i);
+    // Only the spec can make this fail (new ids are free), so only the first element.
+    if (auto added = scheduler_.add_pending(id, user, spec, now); !added) {
+      CORRAL_CHECK(i == 0);
+      return std::unexpected(added.error());
+    }
+    store::JobRecord rec;
+    rec.id = id;
+    rec.user = user;
+    rec.name = spec.name;
+    rec.spec_yaml = spec_text;
+    rec.state = JobState::Pending;
+    rec.submitted_at = now;
+    rec.submission = submission;
+    rec.array = elements[i];
+    std::string text = "submitted by " + user;
+    if (rec.array) text += " (array " + std::to_string(first) + ", index " + std::to_string(rec.array->index) + ")";
+    out.change.mutations.emplace_back(store::InsertJob{rec});
+    out.change.mutations.emplace_back(store::AppendEvent{{id, now, std::move(text)}});
+    jobs_.emplace(id, Job{std::move(rec), spec, {}, {}, false, {}, {}});
+    out.ids.push_back(id);
+  }
+  max_job_id_ = out.ids.back();
+  stats_.submitted += out.ids.size();
+  if (spec.array) {
+    ArrayInfo& info = arrays_[first];
+    info.max_running = spec.array->max_running;
+    info.live.insert(out.ids.begin(), out.ids.end());
+  }
+  for (model::JobId id : out.ids) watch_dependencies(jobs_.at(id), ended);
+  if (spec.array) update_array(first);
   return out;
+}
+
+std::vector<model::JobId> Ledger::array_elements(model::JobId array) const {
+  auto it = arrays_.find(array);
+  if (it == arrays_.end()) return {};
+  return {it->second.live.begin(), it->second.live.end()};
+}
+
+void Ledger::update_array(model::JobId array) {
+  auto it = arrays_.find(array);
+  if (it == arrays_.end()) return;
+  ArrayInfo& info = it->second;
+  int active = 0;
+  std::vector<model::JobId> pending;
+  for (auto e = info.live.begin(); e != info.live.end();) {
+    const Job* job = live(*e);
+    if (job == nullptr) {
+      over_limit_.erase(*e);
+      e = info.live.erase(e);
+      continue;
+    }
+    if (job->record.state == JobState::Pending) {
+      pending.push_back(*e);
+    } else {
+      ++active;
+    }
+    ++e;
+  }
+  if (info.live.empty()) {
+    arrays_.erase(it);
+    return;
+  }
+  if (info.max_running == 0) return;
+  int budget = info.max_running - active;
+  for (model::JobId id : pending) {
+    if (unmet_.contains(id)) continue;  // held by its dependencies: it takes no place
+    bool limited = budget <= 0;
+    if (!limited) --budget;
+    bool was = over_limit_.contains(id);
+    if (limited == was) continue;
+    if (limited) {
+      over_limit_.insert(id);
+    } else {
+      over_limit_.erase(id);
+    }
+    update_hold(id);
+  }
 }
 
 // ---------------------------------------------------------------- dependencies
@@ -170,23 +242,39 @@ void Ledger::dependency_ended(model::JobId dependent, model::JobId dep, JobState
 
 void Ledger::update_hold(model::JobId dependent) {
   auto it = unmet_.find(dependent);
-  if (it == unmet_.end()) return;
-  if (it->second.empty()) {
+  if (it != unmet_.end() && it->second.empty()) {
     unmet_.erase(it);
-    (void)scheduler_.set_held(dependent, std::nullopt);
-    out_.pass_wanted = true;
+    it = unmet_.end();
+    // Now it may take one of its array's places.
+    if (const Job* job = live(dependent); job != nullptr && job->record.array) arrays_dirty_.insert(job->record.array->job);
+  }
+  if (it != unmet_.end()) {
+    const auto& [first, kind] = *it->second.begin();
+    std::string detail = "waiting for job " + std::to_string(first) + " " + std::string(wanted(kind)) + " (" +
+                         std::string(model::to_string(kind)) + ")";
+    if (it->second.size() > 1) detail += " and " + std::to_string(it->second.size() - 1) + " more";
+    (void)scheduler_.set_held(dependent, sched::PendingReason{sched::PendingCode::Dependency, std::move(detail)});
     return;
   }
-  const auto& [first, kind] = *it->second.begin();
-  std::string detail = "waiting for job " + std::to_string(first) + " " + std::string(wanted(kind)) + " (" +
-                       std::string(model::to_string(kind)) + ")";
-  if (it->second.size() > 1) detail += " and " + std::to_string(it->second.size() - 1) + " more";
-  (void)scheduler_.set_held(dependent, sched::PendingReason{sched::PendingCode::Dependency, std::move(detail)});
+  if (over_limit_.contains(dependent)) {
+    const Job* job = live(dependent);
+    const model::JobId array = job && job->record.array ? job->record.array->job : 0;
+    const int limit = arrays_.contains(array) ? arrays_.at(array).max_running : 0;
+    (void)scheduler_.set_held(dependent, sched::PendingReason{sched::PendingCode::JobArrayTaskLimit,
+                                                              "array " + std::to_string(array) + " runs " +
+                                                                  std::to_string(limit) + " elements at once"});
+    return;
+  }
+  (void)scheduler_.set_held(dependent, std::nullopt);
+  out_.pass_wanted = true;
 }
 
 void Ledger::settle_dependencies() {
   // Each round may end more jobs (dependents cancelled), whose own dependents follow.
-  while (!ended_unsettled_.empty()) {
+  while (!ended_unsettled_.empty() || !arrays_dirty_.empty()) {
+    auto dirty = std::move(arrays_dirty_);
+    arrays_dirty_.clear();
+    for (model::JobId array : dirty) update_array(array);
     auto batch = std::move(ended_unsettled_);
     ended_unsettled_.clear();
     for (const auto& [id, state] : batch) {
@@ -393,6 +481,9 @@ void Ledger::apply_change(const sched::JobChange& change) {
   if (change.to == JobState::Starting) {
     send_prepare(*job);
   }
+  if (job->record.array && (model::is_terminal(change.to) || change.to == JobState::Pending)) {
+    arrays_dirty_.insert(job->record.array->job);  // a place in its array is free again
+  }
   if (model::is_terminal(change.to)) {
     ++stats_.ended[static_cast<int>(change.to)];
     ended_unsettled_.emplace_back(change.job, change.to);
@@ -463,6 +554,10 @@ void Ledger::send_launch(Job& job, const std::string& only) {
   base.workdir = job.spec.workdir.empty() ? rec.submission.dir : job.spec.workdir;
   base.env = rec.submission.env;
   for (const auto& [k, v] : job.spec.env) model::set_env(base.env, k, v);
+  if (rec.array) {
+    model::set_env(base.env, "CORRAL_ARRAY_JOB_ID", std::to_string(rec.array->job));
+    model::set_env(base.env, "CORRAL_ARRAY_INDEX", std::to_string(rec.array->index));
+  }
   for (const auto& na : alloc.nodes) base.nodes.push_back(na.node);
   base.world_size = static_cast<int>(ranks.size());
   base.local_world_size = ranks.empty() ? 0 : ranks.front().local_world_size;
@@ -1273,6 +1368,13 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
   for (model::JobId id : pending) {
     if (Job* job = live(id)) watch_dependencies(*job, ended);
   }
+  for (const auto& [id, job] : jobs_) {
+    if (!job.record.array) continue;
+    ArrayInfo& info = arrays_[job.record.array->job];
+    info.live.insert(id);
+    if (job.spec.array) info.max_running = job.spec.array->max_running;
+  }
+  for (const auto& [array, info] : arrays_) arrays_dirty_.insert(array);
   // Every node is down until its agent says hello; the jobs on them stay as they are
   // through the grace period (set_node_state would lose them now).
   in_grace_ = running > 0;  // STARTING, RUNNING and ENDING jobs

@@ -110,7 +110,8 @@ class Ledger {
 
   // ---- requests
   struct Submitted {
-    model::JobId id = 0;
+    model::JobId id = 0;                 // the first (an array's id)
+    std::vector<model::JobId> ids;       // every job made: one, or an array's elements
     store::Change change;  // the new job: commit it, then acknowledge (not in take())
   };
   // `submission`: where it was submitted from and the environment exported with it
@@ -151,6 +152,8 @@ class Ledger {
   bool in_grace() const { return in_grace_; }
   bool connected(const std::string& node) const;
   const LedgerStats& stats() const { return stats_; }
+  // The live elements of array `array` (its first element's id), in index order.
+  std::vector<model::JobId> array_elements(model::JobId array) const;
   // Whether a pass run now could start job `id` (sets its pending reason if not).
   bool might_start_now(model::JobId id) { return scheduler_.might_start_now(id); }
 
@@ -171,6 +174,8 @@ class Ledger {
   void update_hold(model::JobId dependent);
   // Settles the dependents of every job that ended since the last call (they may end in turn).
   void settle_dependencies();
+  // An array with "%N": holds back the pending elements beyond what N allows now.
+  void update_array(model::JobId array);
   std::vector<store::RankRecord> rank_records(const model::JobSpec& spec, const model::Allocation& alloc) const;
   void persist_job(const Job& job, std::string event_text);
   void apply(const std::vector<sched::Decision>& decisions);
@@ -235,6 +240,15 @@ class Ledger {
   std::map<model::JobId, std::map<model::JobId, model::DependencyKind>> unmet_;
   std::map<model::JobId, std::set<model::JobId>> dependents_;
   std::vector<std::pair<model::JobId, model::JobState>> ended_unsettled_;
+  // Arrays with live elements: the most running at once (0: no limit), the live element
+  // ids; the pending elements their limit holds back; arrays to look at again.
+  struct ArrayInfo {
+    int max_running = 0;
+    std::set<model::JobId> live;
+  };
+  std::map<model::JobId, ArrayInfo> arrays_;
+  std::set<model::JobId> over_limit_;
+  std::set<model::JobId> arrays_dirty_;
   model::JobId max_job_id_ = 0;
   bool in_grace_ = false;
   TimePoint grace_ends_{};

@@ -7,7 +7,7 @@ namespace corral::sched {
 namespace {
 constexpr PendingCode kAll[] = {PendingCode::None,     PendingCode::Resources, PendingCode::Priority,
                                 PendingCode::NoHomogeneousSet, PendingCode::NodeDown, PendingCode::Drained,
-                                PendingCode::Dependency};
+                                PendingCode::Dependency, PendingCode::JobArrayTaskLimit};
 }
 
 std::string_view to_string(PendingCode code) {
@@ -19,6 +19,7 @@ std::string_view to_string(PendingCode code) {
     case PendingCode::NodeDown: return "NodeDown";
     case PendingCode::Drained: return "Drained";
     case PendingCode::Dependency: return "Dependency";
+    case PendingCode::JobArrayTaskLimit: return "JobArrayTaskLimit";
   }
   return "Unknown";
 }

@@ -15,6 +15,7 @@ enum class PendingCode {
   NodeDown,          // it fits only if nodes that are down come back
   Drained,           // it fits only if drained nodes are resumed
   Dependency,        // a job it depends on (after_ok, ...) has not ended yet
+  JobArrayTaskLimit, // its array already runs the most elements its "%N" allows
 };
 
 std::string_view to_string(PendingCode code);

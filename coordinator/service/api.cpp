@@ -165,8 +165,8 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
       if (m != "POST") return respond(error_response(405, "use POST on /v1/jobs/cancel"));
       return after_commit(cancel_jobs(request, caller), std::move(respond));
     }
-    auto id = parse_id(parts[2]);
-    if (!id) return respond(error_response(400, "job id must be a positive integer"));
+    auto id = resolve_job_ref(parts[2]);
+    if (!id) return respond(error_response(id.error().code() == ErrorCode::NotFound ? 404 : 400, id.error().message()));
     if (parts.size() == 3 && m == "GET") {
       if (request.query.contains("wait")) return wait_job(*id, request, std::move(respond));
       return respond(show_job(*id));
@@ -189,6 +189,29 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     }
   }
   respond(error_response(404, "no such endpoint: " + m + " " + request.path));
+}
+
+Result<model::JobId> Coordinator::resolve_job_ref(std::string_view text) {
+  auto underscore = text.find('_');
+  if (underscore == std::string_view::npos) {
+    auto id = parse_id(text);
+    if (!id) return make_error(ErrorCode::InvalidArgument, "job id must be a positive integer (or ARRAY_INDEX)");
+    return *id;
+  }
+  // "42_7": element 7 of array 42.
+  auto array = parse_id(text.substr(0, underscore));
+  auto index = parse_int<int>(text.substr(underscore + 1));
+  if (!array || !index || *index < 0) {
+    return make_error(ErrorCode::InvalidArgument, "job id must be a positive integer (or ARRAY_INDEX)");
+  }
+  for (model::JobId e : ledger_.array_elements(*array)) {
+    const Job* job = ledger_.live_job(e);
+    if (job != nullptr && job->record.array && job->record.array->index == *index) return e;
+  }
+  auto stored = store_.array_element(*array, *index);
+  if (!stored) return std::unexpected(stored.error());
+  if (!*stored) return make_error(ErrorCode::NotFound, "no job " + std::string(text));
+  return **stored;
 }
 
 void Coordinator::after_commit(net::HttpResponse response, Respond respond) {
@@ -240,15 +263,15 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
   auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now, std::move(submission), ended_lookup());
   if (!submitted) return respond(error_response(400, submitted.error().message()));
   model::JobId id = submitted->id;
-  committer_.enqueue(std::move(submitted->change), [respond, id](const Result<void>& ok) {
+  committer_.enqueue(std::move(submitted->change), [respond, id, ids = submitted->ids](const Result<void>& ok) {
     if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
-    respond(json_response(201, Json{{"id", id}}));
+    respond(json_response(201, Json{{"id", id}, {"ids", ids}}));
   });
   // A dependency that can never be met has cancelled the job already: that comes after.
   flush_effects();
   // Every other change asks for its own pass; a job with no room for it now changes
   // nothing a pass would do, so a long queue is not rescanned for each submission.
-  if (ledger_.might_start_now(id)) request_pass();
+  if (submitted->ids.size() > 1 || ledger_.might_start_now(id)) request_pass();
 }
 
 namespace {
@@ -265,6 +288,7 @@ JobView view_of(const store::JobRecord& rec, const model::JobSpec* spec, const s
     v.time_limit = spec->time_limit;
     if (spec->mode == model::LaunchMode::Torch) v.rendezvous_timeout = spec->rendezvous_timeout;
     v.dependencies = spec->dependencies;
+    if (spec->array) v.array_max_running = spec->array->max_running;
   }
   if (rec.allocation) v.nodes = static_cast<int>(rec.allocation->nodes.size());
   if (live != nullptr && live->state == JobState::Pending) v.pending = live->reason;
@@ -497,6 +521,26 @@ Result<const Coordinator::Job*> Coordinator::cancel_one(model::JobId id, const C
 }
 
 net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller) {
+  // An array's id stands for the whole array: every live element is cancelled.
+  auto elements = ledger_.array_elements(id);
+  if (!elements.empty()) {
+    Json cancelled = Json::array();
+    std::optional<Error> refused;
+    for (model::JobId e : elements) {
+      if (auto done = cancel_one(e, caller)) {
+        cancelled.push_back(e);
+      } else if (!refused) {
+        refused = done.error();
+      }
+    }
+    flush_effects();
+    if (cancelled.empty() && refused) return error_response(http_status_for(*refused), refused->message());
+    const Job* shown = ledger_.any_job(id);
+    if (shown == nullptr) shown = ledger_.any_job(cancelled.front().get<model::JobId>());
+    Json j = job_json(view_of(shown->record, &shown->spec, nullptr), nullptr);
+    j["array_cancelled"] = cancelled;
+    return json_response(200, j);
+  }
   auto job = cancel_one(id, caller);
   flush_effects();
   if (!job) return error_response(http_status_for(job.error()), job.error().message());
@@ -509,14 +553,26 @@ net::HttpResponse Coordinator::cancel_jobs(const net::HttpRequest& request, cons
   if (!body) return error_response(400, body.error().message());
   protocol::JsonReader r(*body);
   std::vector<model::JobId> ids;
+  Json unresolved = Json::array();
   if (const Json* list = r.array("ids", kMaxIds, false)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       const Json& v = (*list)[i];
-      if (!v.is_number_integer() || v.get<long long>() <= 0) {
-        r.fail(r.item_path("ids", i), "must be a job id (a positive integer)");
+      if (v.is_number_integer() && v.get<long long>() > 0) {
+        ids.push_back(v.get<model::JobId>());
+        continue;
+      }
+      // ARRAY_INDEX ("42_7") as text; one that names no job is answered as a refusal.
+      std::optional<Result<model::JobId>> ref;
+      if (v.is_string() && v.get_ref<const std::string&>().size() <= 32) ref = resolve_job_ref(v.get<std::string>());
+      if (!ref || (!*ref && (*ref).error().code() == ErrorCode::InvalidArgument)) {
+        r.fail(r.item_path("ids", i), "must be a job id (a positive integer, or ARRAY_INDEX like \"42_7\")");
         break;
       }
-      ids.push_back(v.get<model::JobId>());
+      if (*ref) {
+        ids.push_back(**ref);
+      } else {
+        unresolved.push_back(Json{{"id", v}, {"status", 404}, {"error", (*ref).error().message()}});
+      }
     }
   }
   auto strings = [&](const char* key) {
@@ -536,7 +592,7 @@ net::HttpResponse Coordinator::cancel_jobs(const net::HttpRequest& request, cons
   std::vector<std::string> states = strings("state");
   if (!r.ok()) return error_response(400, r.error());
   const bool by_filter = !users.empty() || !states.empty();
-  if (ids.empty() == !by_filter) {
+  if ((ids.empty() && unresolved.empty()) == !by_filter) {
     return error_response(400, "give either ids, or user and/or state to choose the jobs to cancel");
   }
   auto filter = parse_job_filter(users, states);
@@ -554,9 +610,19 @@ net::HttpResponse Coordinator::cancel_jobs(const net::HttpRequest& request, cons
     }
     std::sort(ids.begin(), ids.end());
   }
-  Json cancelled = Json::array();
-  Json failed = Json::array();
+  // An array's id stands for its live elements.
+  std::vector<model::JobId> expanded;
   for (model::JobId id : ids) {
+    auto elements = ledger_.array_elements(id);
+    if (elements.empty()) {
+      expanded.push_back(id);
+    } else {
+      expanded.insert(expanded.end(), elements.begin(), elements.end());
+    }
+  }
+  Json cancelled = Json::array();
+  Json failed = unresolved;
+  for (model::JobId id : expanded) {
     auto job = cancel_one(id, caller);
     if (job) {
       cancelled.push_back(Json{{"id", id}, {"state", std::string(model::to_string((*job)->record.state))}});

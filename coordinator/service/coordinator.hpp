@@ -112,6 +112,9 @@ class Coordinator final : public net::ServerHandler {
   Result<Caller> authenticate(const net::HttpRequest& request);
   void route(const net::HttpRequest& request, const Caller& caller, Respond respond);
   void submit(const net::HttpRequest& request, const Caller& caller, Respond respond);
+  // "42", or "42_7" (element 7 of array 42). InvalidArgument; NotFound for an element
+  // that does not exist.
+  Result<model::JobId> resolve_job_ref(std::string_view text);
   // Answers once everything queued so far (the change this response reports) is durable.
   void after_commit(net::HttpResponse response, Respond respond);
   // GET /v1/jobs[?all=1][&user=a,b][&state=S,...][&me=1]

@@ -103,6 +103,11 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
          {"rendezvous", rendezvous},
          {"dependencies", Json::array()},
          {"ranks", ranks}};
+  if (r.array) {
+    j["array"] = Json{{"job", r.array->job}, {"index", r.array->index}, {"max_running", view.array_max_running}};
+  } else {
+    j["array"] = nullptr;
+  }
   for (const auto& d : view.dependencies) {
     j["dependencies"].push_back(Json{{"kind", std::string(model::to_string(d.kind))}, {"job", d.job}});
   }

@@ -30,6 +30,7 @@ struct JobView {
   std::optional<Duration> rendezvous_timeout;
   std::optional<sched::PendingReason> pending;  // live reason while PENDING
   std::vector<model::Dependency> dependencies;  // from the spec
+  int array_max_running = 0;                     // an array element: its array's "%N" (0: none)
 };
 Json job_json(const JobView& view, const std::vector<store::JobEvent>* events);
 

@@ -155,6 +155,13 @@ Result<std::vector<JobRecord>> MemoryStore::jobs(const JobQuery& query) {
   return out;
 }
 
+Result<std::optional<model::JobId>> MemoryStore::array_element(model::JobId array, int index) {
+  for (const auto& [id, job] : jobs_) {
+    if (job.array && job.array->job == array && job.array->index == index) return std::optional<model::JobId>(id);
+  }
+  return std::optional<model::JobId>();
+}
+
 Result<std::vector<JobRecord>> MemoryStore::ended_jobs(const EndedQuery& query) {
   std::vector<JobRecord> out;
   for (const auto& [id, job] : jobs_) {

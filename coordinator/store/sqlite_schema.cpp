@@ -105,12 +105,19 @@ constexpr std::string_view kMigration5 = R"sql(
 CREATE INDEX jobs_by_end ON jobs (ended_at, id) WHERE ended_at IS NOT NULL;
 )sql";
 
+// Version 6: job arrays: each element's array (the first element's id) and index.
+constexpr std::string_view kMigration6 = R"sql(
+ALTER TABLE jobs ADD COLUMN array_job INTEGER;
+ALTER TABLE jobs ADD COLUMN array_index INTEGER;
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
     {2, kMigration2},
     {3, kMigration3},
     {4, kMigration4},
     {5, kMigration5},
+    {6, kMigration6},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

@@ -16,17 +16,19 @@ namespace {
 // Column order of every job SELECT and of the ?1..?19 parameters of INSERT and UPDATE.
 constexpr std::string_view kSelectJob =
     "SELECT id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, ended_at, "
-    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences, detail, s.dir, s.env "
-    "FROM jobs LEFT JOIN job_submissions s ON s.job_id = jobs.id ";
+    "allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences, detail, s.dir, s.env, "
+    "array_job, array_index FROM jobs LEFT JOIN job_submissions s ON s.job_id = jobs.id ";
 constexpr std::string_view kInsertSubmission = "INSERT INTO job_submissions (job_id, dir, env) VALUES (?1, ?2, ?3)";
 constexpr std::string_view kInsertJob =
     "INSERT INTO jobs (id, user, name, spec_yaml, state, reason, attempt, submitted_at, started_at, "
-    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences, detail) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+    "ended_at, allocation, nccl_id, failed_rank, failed_node, exit_code, ranks, outcome, fences, detail, "
+    "array_job, array_index) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
 constexpr std::string_view kUpdateJob =
     "UPDATE jobs SET user = ?2, name = ?3, spec_yaml = ?4, state = ?5, reason = ?6, attempt = ?7, "
     "submitted_at = ?8, started_at = ?9, ended_at = ?10, allocation = ?11, nccl_id = ?12, failed_rank = ?13, "
-    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17, fences = ?18, detail = ?19 WHERE id = ?1";
+    "failed_node = ?14, exit_code = ?15, ranks = ?16, outcome = ?17, fences = ?18, detail = ?19, array_job = ?20, "
+    "array_index = ?21 WHERE id = ?1";
 constexpr std::string_view kUpsertNode =
     "INSERT INTO nodes (name, address, state, reason, simulated, port_first, port_last, gpus) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -94,7 +96,9 @@ void bind_job(SqliteStatement& stmt, const JobRecord& job) {
       .bind(16, ranks_to_json(job.ranks))
       .bind(17, job.outcome ? std::string(model::to_string(*job.outcome)) : std::string())
       .bind(18, fences_to_json(job.fences))
-      .bind(19, job.detail);
+      .bind(19, job.detail)
+      .bind(20, job.array ? std::optional<std::int64_t>(job.array->job) : std::nullopt)
+      .bind(21, job.array ? std::optional<std::int64_t>(job.array->index) : std::nullopt);
 }
 
 // Values we wrote ourselves; a mismatch means the file was damaged or edited by hand.
@@ -144,6 +148,9 @@ Result<JobRecord> read_job(const SqliteStatement& stmt) {
     auto exported = env_from_json(*env);
     if (!exported) return make_error(ErrorCode::Internal, context(exported.error().message()));
     job.submission.env = std::move(*exported);
+  }
+  if (auto array_job = stmt.optional_int64(21)) {
+    job.array = ArrayElement{*array_job, static_cast<int>(stmt.optional_int64(22).value_or(0))};
   }
   return job;
 }
@@ -458,12 +465,24 @@ Result<std::vector<JobRecord>> SqliteStore::jobs(const JobQuery& query) {
   return select_jobs(query.include_terminal ? select_all_jobs_sql() : select_active_jobs_sql(), query);
 }
 
+Result<std::optional<model::JobId>> SqliteStore::array_element(model::JobId array, int index) {
+  // Elements' ids follow their array's, so this reads a short range of the primary key.
+  auto stmt = db_->prepare("SELECT id FROM jobs WHERE id >= ?1 AND array_job = ?1 AND array_index = ?2 LIMIT 1");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, array);
+  (*stmt)->bind(2, std::int64_t{index});
+  auto row = (*stmt)->step();
+  if (!row) return std::unexpected(row.error().with_context("find array element"));
+  if (!*row) return std::optional<model::JobId>();
+  return std::optional<model::JobId>((*stmt)->int64(0));
+}
+
 Result<std::vector<JobRecord>> SqliteStore::ended_jobs(const EndedQuery& query) {
   // The columns of kSelectJob, with what a history does not show left empty; the partial
   // index jobs_by_end makes this a range scan.
   static const std::string sql =
       "SELECT id, user, name, '', state, reason, attempt, submitted_at, started_at, ended_at, allocation, nccl_id, "
-      "failed_rank, failed_node, exit_code, '[]', outcome, '[]', detail, NULL, NULL FROM jobs "
+      "failed_rank, failed_node, exit_code, '[]', outcome, '[]', detail, NULL, NULL, array_job, array_index FROM jobs "
       "WHERE ended_at IS NOT NULL AND ended_at >= ?1 AND (?2 IS NULL OR ended_at < ?2) AND state NOT IN (" +
       active_states_sql() + ") ORDER BY ended_at, id LIMIT ?3";
   auto stmt = db_->prepare(sql);

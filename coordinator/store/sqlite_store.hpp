@@ -38,6 +38,7 @@ class SqliteStore final : public Store {
   Result<Snapshot> load() override;
   Result<std::optional<JobRecord>> job(model::JobId id) override;
   Result<std::vector<JobRecord>> jobs(const JobQuery& query) override;
+  Result<std::optional<model::JobId>> array_element(model::JobId array, int index) override;
   Result<std::vector<JobRecord>> ended_jobs(const EndedQuery& query) override;
   Result<std::vector<UsageRow>> gpu_usage(const EndedQuery& query, UsageKey by) override;
   Result<std::vector<JobEvent>> events(model::JobId id) override;

@@ -68,6 +68,14 @@ struct Fence {
   bool operator==(const Fence&) const = default;
 };
 
+// A job that is one element of an array.
+struct ArrayElement {
+  model::JobId job = 0;  // the array's id: its first element's
+  int index = 0;         // CORRAL_ARRAY_INDEX
+
+  bool operator==(const ArrayElement&) const = default;
+};
+
 struct JobRecord {
   model::JobId id = 0;                        // assigned by the caller, unique, > 0
   std::string user;
@@ -94,6 +102,7 @@ struct JobRecord {
   // Where it was submitted from and the environment exported with it: written by
   // InsertJob only (UpdateJob keeps what was inserted, whatever its record says).
   model::Submission submission;
+  std::optional<ArrayElement> array;          // set for an array's elements
 
   bool fenced() const { return !fences.empty(); }
 
@@ -186,6 +195,8 @@ class Store {
 
   virtual Result<Snapshot> load() = 0;
   virtual Result<std::optional<JobRecord>> job(model::JobId id) = 0;
+  // The id of array `array`'s element `index`, if there is one.
+  virtual Result<std::optional<model::JobId>> array_element(model::JobId array, int index) = 0;
   // Ordered by id.
   virtual Result<std::vector<JobRecord>> jobs(const JobQuery& query) = 0;
   // Ended jobs (terminal states) by end time, then id, the first `limit`; each without

@@ -265,6 +265,42 @@ TEST_F(CliClusterTest, HistoryListsEndedJobsAndUsageSumsTheirGpuTime) {
   EXPECT_EQ(by_class["rows"][0]["class"], "NVIDIA A100-SXM4-80GB");
 }
 
+TEST_F(CliClusterTest, AnArrayRunsEachIndexWithinItsLimitAndIsCancelledWholeOrByElement) {
+  auto o = corral({"submit", "--json", "--array", "0-5%2", "-G", "1", "--", "sh", "-c",
+                   "echo $CORRAL_ARRAY_JOB_ID.$CORRAL_ARRAY_INDEX; sleep 60"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  Json answer = Json::parse(o.out);
+  const std::int64_t array = answer["id"];
+  ASSERT_EQ(answer["ids"].size(), 6u);
+  const std::string a = std::to_string(array);
+  ASSERT_TRUE(eventually([&] { return job(array + 1)["state"] == "RUNNING"; }, 20s));
+  auto q = corral({"queue"});
+  EXPECT_NE(q.out.find(a + "_0 "), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find(a + "_[2-5%2]  "), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("JobArrayTaskLimit"), std::string::npos) << q.out;
+  EXPECT_EQ(corral({"logs", a + "_1"}).out, a + ".1\n");
+  // The limit holds across a coordinator restart.
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  ASSERT_TRUE(a_->rejoined());
+  ASSERT_TRUE(b_->rejoined());
+  EXPECT_EQ(job(array + 2)["reason"], "JobArrayTaskLimit");
+  // One element by ARRAY_INDEX: the next one takes its place.
+  EXPECT_EQ(corral({"cancel", a + "_1"}).out, "Cancelled job " + a + "_1 (state ENDING)\n");
+  ASSERT_TRUE(eventually([&] { return job(array + 2)["state"] == "RUNNING"; }, 20s));
+  EXPECT_EQ(job(array + 3)["state"], "PENDING");
+  // The array's id: every live element.
+  auto c = corral({"cancel", a});
+  EXPECT_EQ(c.out, "Cancelled array " + a + " (5 live elements)\n") << c.err;  // 0, 2 running; 3-5 pending
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(eventually([&] {
+      std::string st = job(array + i)["state"];
+      return st == "CANCELLED";
+    }, 20s)) << i;
+  }
+  EXPECT_EQ(corral({"show", a + "_9"}).exit_code, 1);
+}
+
 TEST_F(CliClusterTest, EveryProgramSaysItsVersion) {
   for (const char* bin : {CORRAL_CLI_BIN, CORRAL_COORDINATOR_BIN, CORRAL_AGENT_BIN, CORRAL_WORKER_BIN}) {
     auto o = run({bin, "--version"}, {});

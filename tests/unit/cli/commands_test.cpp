@@ -185,7 +185,7 @@ TEST_F(CommandsTest, Unauthenticated401ExitsWith3) {
 TEST_F(CommandsTest, Forbidden403SaysNotAllowed) {
   api_.answer(403, R"({"error": "job 7 belongs to bob"})");
   auto c = ctx();
-  EXPECT_EQ(run_cancel(c, {{7}}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, {{"7"}}), kExitFailed);
   EXPECT_EQ(err_.str(), "corral: not allowed: job 7 belongs to bob\n");
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/7/cancel");
 }
@@ -194,8 +194,8 @@ TEST_F(CommandsTest, NotFoundAndConflictExitWith1) {
   api_.answer(404, R"({"error": "no job 9"})");
   api_.answer(409, R"({"error": "job 9 already ended COMPLETED"})");
   auto c = ctx();
-  EXPECT_EQ(run_show(c, {9, false}), kExitFailed);
-  EXPECT_EQ(run_cancel(c, {{9}}), kExitFailed);
+  EXPECT_EQ(run_show(c, {"9", false}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, {{"9"}}), kExitFailed);
   EXPECT_EQ(err_.str(), "corral: no job 9\ncorral: job 9 already ended COMPLETED\n");
 }
 
@@ -234,7 +234,7 @@ TEST_F(CommandsTest, WaitHoldsEachRequestAndPausesOnlyAfterEarlyAnswers) {
   api_.answer(200, job_json(5, "RUNNING"));
   api_.answer(200, job_json(5, "COMPLETED", R"(, "exit_code": 0)"));
   auto c = ctx();
-  EXPECT_EQ(run_wait(c, {.job = 5}), kExitOk);
+  EXPECT_EQ(run_wait(c, {.job = "5"}), kExitOk);
   EXPECT_EQ(out_.str(), "Job 5 COMPLETED\n");
   EXPECT_EQ(sleeps_, (std::vector<Duration>{200ms, 200ms}));
   EXPECT_EQ(api_.calls.size(), 3u);
@@ -255,7 +255,7 @@ TEST_F(CommandsTest, WaitDoesNotPauseAfterARequestHeldItsFullTime) {
     }
   } held(api_, clock_);
   CommandContext c{held, out_, err_, clock_, [this](Duration d) { sleeps_.push_back(d); }};
-  EXPECT_EQ(run_wait(c, {.job = 5}), kExitOk);
+  EXPECT_EQ(run_wait(c, {.job = "5"}), kExitOk);
   EXPECT_TRUE(sleeps_.empty());
   EXPECT_EQ(api_.calls.size(), 2u);
 }
@@ -273,7 +273,7 @@ TEST_F(CommandsTest, WaitExitsWithTheJobsOwnCodeOrOneNamingHowItEnded) {
   for (const auto& [state, extra, code] : cases) {
     api_.answer(200, job_json(5, state, extra));
     auto c = ctx();
-    EXPECT_EQ(run_wait(c, {.job = 5}), code) << state << extra;
+    EXPECT_EQ(run_wait(c, {.job = "5"}), code) << state << extra;
   }
   EXPECT_NE(kExitJobTimeout, kExitJobCancelled);
 }
@@ -281,7 +281,7 @@ TEST_F(CommandsTest, WaitExitsWithTheJobsOwnCodeOrOneNamingHowItEnded) {
 TEST_F(CommandsTest, WaitGivesUpAtItsTimeout) {
   for (int i = 0; i < 10; ++i) api_.answer(200, job_json(5, "RUNNING"));
   auto c = ctx();
-  EXPECT_EQ(run_wait(c, {.job = 5, .timeout = 500ms}), kExitFailed);
+  EXPECT_EQ(run_wait(c, {.job = "5", .timeout = 500ms}), kExitFailed);
   EXPECT_EQ(sleeps_, (std::vector<Duration>{200ms, 200ms, 100ms}));
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/5?wait=1");  // never held past the timeout
   EXPECT_EQ(err_.str(), "corral: timed out after 0:00 waiting for job 5 (still RUNNING)\n");
@@ -293,14 +293,14 @@ TEST_F(CommandsTest, WaitRidesOutACoordinatorRestart) {
   api_.fail(ErrorCode::Unavailable, "cannot connect: refused");
   api_.answer(200, job_json(5, "COMPLETED"));
   auto c = ctx();
-  EXPECT_EQ(run_wait(c, {.job = 5}), kExitOk);
+  EXPECT_EQ(run_wait(c, {.job = "5"}), kExitOk);
   EXPECT_EQ(err_.str(), "corral: cannot connect: refused; still waiting\n");
 }
 
 TEST_F(CommandsTest, WaitFailsAtOnceWhenTheCoordinatorWasNeverReached) {
   api_.fail(ErrorCode::Unavailable, "cannot connect: refused");
   auto c = ctx();
-  EXPECT_EQ(run_wait(c, {.job = 5}), kExitUnreachable);
+  EXPECT_EQ(run_wait(c, {.job = "5"}), kExitUnreachable);
 }
 
 TEST_F(CommandsTest, LogsFollowReadsFromEachNewOffsetUntilFinishedAndDrained) {
@@ -310,7 +310,7 @@ TEST_F(CommandsTest, LogsFollowReadsFromEachNewOffsetUntilFinishedAndDrained) {
   api_.answer(200, R"({"rank": 1, "node": "a", "offset": 4, "data": "two\n", "size": 8, "finished": false})");
   api_.answer(200, R"({"rank": 1, "node": "a", "offset": 8, "data": "", "size": 8, "finished": true})");
   auto c = ctx();
-  EXPECT_EQ(run_logs(c, {.job = 3, .rank = 1, .follow = true}), kExitOk);
+  EXPECT_EQ(run_logs(c, {.job = "3", .rank = 1, .follow = true}), kExitOk);
   EXPECT_EQ(out_.str(), "one\ntwo\n");
   ASSERT_EQ(api_.calls.size(), 5u);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/3");
@@ -326,7 +326,7 @@ TEST_F(CommandsTest, LogsFollowOnAPendingJobWaitsForItToStart) {
   api_.answer(200, job_json(3, "STARTING", R"(, "ranks": [{"rank": 0, "node": "a", "state": "PENDING"}])"));
   api_.answer(200, R"({"rank": 0, "node": "a", "offset": 0, "data": "hi\n", "size": 3, "finished": true})");
   auto c = ctx();
-  EXPECT_EQ(run_logs(c, {.job = 3, .follow = true}), kExitOk);
+  EXPECT_EQ(run_logs(c, {.job = "3", .follow = true}), kExitOk);
   EXPECT_EQ(out_.str(), "hi\n");
   EXPECT_EQ(err_.str(), "corral: job 3 is PENDING (Resources); waiting for it to start\n");  // said once
   EXPECT_EQ(sleeps_, (std::vector<Duration>{500ms, 500ms}));
@@ -336,7 +336,7 @@ TEST_F(CommandsTest, LogsFollowOnAJobCancelledBeforeItStartedSaysSoAndExits125) 
   api_.answer(200, job_json(3, "PENDING"));
   api_.answer(200, job_json(3, "CANCELLED", R"(, "reason": "Cancelled")"));
   auto c = ctx();
-  EXPECT_EQ(run_logs(c, {.job = 3, .follow = true}), kExitJobCancelled);
+  EXPECT_EQ(run_logs(c, {.job = "3", .follow = true}), kExitJobCancelled);
   EXPECT_NE(err_.str().find("CANCELLED"), std::string::npos) << err_.str();
   EXPECT_NE(err_.str().find("without starting"), std::string::npos) << err_.str();
 }
@@ -352,7 +352,7 @@ TEST_F(CommandsTest, CancelOfSeveralJobsIsOneRequestAndNamesEachRefusal) {
   api_.answer(200, R"({"cancelled": [{"id": 4, "state": "CANCELLED"}, {"id": 6, "state": "ENDING"}],
                        "failed": [{"id": 5, "status": 403, "error": "job 5 belongs to bob"}]})");
   auto c = ctx();
-  EXPECT_EQ(run_cancel(c, {.jobs = {4, 5, 6}}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, {.jobs = {"4", "5", "6"}}), kExitFailed);
   ASSERT_EQ(api_.calls.size(), 1u);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/cancel");
   EXPECT_EQ(nlohmann::json::parse(api_.calls[0].body), nlohmann::json::parse(R"({"ids": [4, 5, 6]})"));
@@ -397,7 +397,7 @@ TEST_F(CommandsTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
   api_.answer(200, R"({"rank": 0, "node": "a", "offset": 0, "data": "abc", "size": 5, "finished": false})");
   api_.answer(200, R"({"rank": 0, "node": "a", "offset": 3, "data": "de", "size": 9, "finished": false})");
   auto c = ctx();
-  EXPECT_EQ(run_logs(c, {.job = 3}), kExitOk);
+  EXPECT_EQ(run_logs(c, {.job = "3"}), kExitOk);
   EXPECT_EQ(out_.str(), "abcde");
   EXPECT_EQ(api_.calls.size(), 2u);
   EXPECT_TRUE(sleeps_.empty());

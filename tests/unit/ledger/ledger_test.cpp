@@ -283,6 +283,44 @@ TEST_F(DependencyTest, ARestartKeepsTheWaitAndSettlesOnJobsThatEndedMeanwhileFro
   EXPECT_EQ((*store_.job(ok))->detail, "job " + std::to_string(x) + " ended CANCELLED; after_ok needed it to complete");
 }
 
+TEST_F(DependencyTest, AnArrayIsOneCommitOfJobsInARowAndItsLimitHoldsTheRestBack) {
+  join("a", hello("a", 4));
+  std::string text = "name: sweep\ncommand: \"true\"\nresources: {gpus_per_node: 1}\narray: \"0-9%2\"\n";
+  auto spec = model::parse_job_spec(text, "t.yaml");
+  ASSERT_TRUE(spec.has_value());
+  auto s = ledger_->submit("alice", *spec, text, now_);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->ids.size(), 10u);
+  EXPECT_EQ(s->ids.back(), s->id + 9);
+  ASSERT_TRUE(store_.commit(s->change).has_value());
+  ledger_->schedule(now_);
+  commit();
+  auto running = [&] {
+    int n = 0;
+    for (auto id : s->ids) n += state(id) == JobState::Starting || state(id) == JobState::Running;
+    return n;
+  };
+  EXPECT_EQ(running(), 2);  // four GPUs free, two allowed
+  EXPECT_EQ(pending_reason(s->ids[2]), "JobArrayTaskLimit: array " + std::to_string(s->id) + " runs 2 elements at once");
+  EXPECT_EQ((*store_.job(s->ids[4]))->array, (store::ArrayElement{s->id, 4}));
+  // One element ends: the next takes its place.
+  const model::JobId first = s->ids[0];
+  say("a", protocol::PrepareResult{first, 0, true, false, "", "", 29500});
+  auto launch = sent_to<protocol::Launch>("a");
+  ASSERT_FALSE(launch.empty());
+  EXPECT_TRUE(std::find(launch.front().env.begin(), launch.front().env.end(),
+                        std::pair<std::string, std::string>{"CORRAL_ARRAY_INDEX", "0"}) != launch.front().env.end());
+  ASSERT_TRUE(ledger_->cancel(first, "alice", false, now_).has_value());
+  commit();
+  say("a", protocol::AttemptGone{first, 0});
+  ledger_->schedule(now_);
+  commit();
+  EXPECT_EQ(state(first), JobState::Cancelled);
+  EXPECT_EQ(running(), 2);
+  EXPECT_EQ(state(s->ids[2]), JobState::Starting);
+  EXPECT_EQ(ledger_->array_elements(s->id).size(), 9u);
+}
+
 class RendezvousTest : public LedgerTest {
  protected:
   void pass(Duration d) {

@@ -82,11 +82,14 @@ std::vector<BadSpec> bad_specs() {
        "job.yaml:1:1: name: required field is missing"},
       {"UnknownTopLevelField", valid_plus("colour: red\n"),
        "job.yaml:5:1: colour: unknown field; expected one of name, command, workdir, env, export, resources, launch, "
-       "time_limit, priority, retries, after_ok, after_any, after_not_ok"},
+       "time_limit, priority, retries, after_ok, after_any, after_not_ok, array"},
       {"DependencyThatIsNotAJobId", valid_plus("after_ok: [3, x, 0]\nafter_any: []\n"),
        "job.yaml:5:15: after_ok[1]: must be a job id (a positive integer), got \"x\"\n"
        "job.yaml:5:18: after_ok[2]: must be a job id (a positive integer), got \"0\"\n"
        "job.yaml:6:12: after_any: must not be an empty list"},
+      {"ArrayThatIsNotSlurmsSyntax", valid_plus("array: \"9-1%2\"\n"),
+       "job.yaml:5:8: array: a range must not run backwards (write indices like \"0-99%8\", \"1,3,5\" or "
+       "\"0-30:10\"), got \"9-1%2\""},
       {"DuplicateTopLevelField", valid_plus("name: u\n"),
        "job.yaml:5:1: name: duplicate key; first set on line 1"},
       {"ListAsAKey", valid_plus("? [a, b]\n: 1\n"),
@@ -638,6 +641,26 @@ TEST(SpecOverrides, TextThatIsNotAMapWithinTheLimitsIsLeftForTheParserToReport) 
             std::string(1, c - 1) + ", *" + std::string(1, c - 1) + ", *" + std::string(1, c - 1) + "]\n";
   }
   EXPECT_EQ(apply_spec_overrides(bomb, o), bomb);
+}
+
+// ---- arrays
+
+TEST(JobArray, SlurmsSyntaxRangesListsStepsAndTheLimit) {
+  auto a = parse_array("0-99%8");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->indices.size(), 100u);
+  EXPECT_EQ(a->max_running, 8);
+  a = parse_array("7,1-3,0-30:10,3");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->indices, (std::vector<int>{0, 1, 2, 3, 7, 10, 20, 30}));  // sorted, once each
+  EXPECT_EQ(a->max_running, 0);
+  EXPECT_EQ(format_indices(a->indices), "0-3,7,10,20,30");
+  for (const char* bad : {"", "%4", "1-", "a", "1-5%0", "1-5:0", "-3", "0-1000001", "0-20000"}) {
+    EXPECT_FALSE(parse_array(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(parse_array("0-20000").error().message(),
+            "an array holds at most 10000 elements (write indices like \"0-99%8\", \"1,3,5\" or \"0-30:10\"), got "
+            "\"0-20000\"");
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ JobRecord every_field(model::JobId id) {
       {3, "gpu-b", 1, {}, {}, 977, model::RankState::Exited, 137, 9},
   };
   job.submission = {"/home/grace/run", {{"HF_HOME", "/data/hf"}, {"PATH", "/venv/bin:/usr/bin"}, {"Q", "a\"b\n"}}};
+  job.array = ArrayElement{40, 2};
   return job;
 }
 
@@ -312,6 +313,17 @@ TYPED_TEST(StoreContract, GpuUsageSumsEachGpusTimeWithinTheRangeByUserNodeAndCla
   auto by_class = this->store_->gpu_usage(range, UsageKey::Class);
   ASSERT_TRUE(by_class.has_value());
   EXPECT_EQ(*by_class, (std::vector<UsageRow>{{product, 22'000, 2}, {"unknown", 2'000, 1}}));
+}
+
+TYPED_TEST(StoreContract, AnArrayElementIsFoundByItsArrayAndIndex) {
+  this->insert(every_field(42));  // array 40, index 2
+  JobRecord other = pending(43);
+  other.array = ArrayElement{40, 3};
+  this->insert(other);
+  EXPECT_EQ(this->store_->array_element(40, 2).value(), std::optional<model::JobId>(42));
+  EXPECT_EQ(this->store_->array_element(40, 3).value(), std::optional<model::JobId>(43));
+  EXPECT_FALSE(this->store_->array_element(40, 4).value().has_value());
+  EXPECT_FALSE(this->store_->array_element(41, 2).value().has_value());
 }
 
 TYPED_TEST(StoreContract, UnknownJobReadsAsNothing) {
