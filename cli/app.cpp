@@ -172,6 +172,14 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
       ->check(integer_at_least(0, "a rank number (0 or more)"));
   run->add_option("--export", run_opts.submit.export_env, "As for submit");
 
+  SubmitOptions export_opts;
+  bool export_slurm = false;
+  auto* export_cmd = app.add_subcommand("export", "Print a job spec as a script for another scheduler");
+  export_cmd->add_option("FILE", export_opts.file, "The job spec (YAML; - for standard input)");
+  export_cmd->add_flag("--slurm", export_slurm, "As an sbatch script with corral's rank environment")->required();
+  SpecFlags export_flags;
+  export_flags.add_to(export_cmd);
+
   QueueOptions queue_opts;
   auto* queue = app.add_subcommand("queue", "List live jobs (PENDING, STARTING, RUNNING)");
   queue->add_flag("--all", queue_opts.all, "Every job, ended ones too");
@@ -275,7 +283,9 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
     wait_opts.timeout = *t;
   }
   if (*drain && drain_opts.reason.empty()) return usage("drain: --reason must not be empty");
-  if (has_command && !*submit && !*run) return usage("a command after -- is for submit and run only");
+  if (has_command && !*submit && !*run && !*export_cmd) {
+    return usage("a command after -- is for submit, run and export only");
+  }
   if (has_command && command.empty()) return usage("nothing after --: give the command to run");
   if (*cancel && cancel_opts.jobs.empty() && cancel_opts.users.empty() && cancel_opts.states.empty()) {
     return usage("cancel: name the jobs (JOB...), or choose them with --user and/or --state");
@@ -301,6 +311,11 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
     run_opts.submit.in = ctx.in;
     run_opts.submit.overrides = run_flags.overrides(command);
     return run_run(cc, run_opts);
+  }
+  if (*export_cmd) {
+    export_opts.in = ctx.in;
+    export_opts.overrides = export_flags.overrides(command);
+    return run_export(cc, export_opts);
   }
   if (*queue) return run_queue(cc, queue_opts);
   if (*show) return run_show(cc, show_opts);

@@ -89,10 +89,6 @@ std::string query_list(const std::vector<std::string>& items) {
   return net::percent_encode(joined);
 }
 
-}  // namespace
-
-namespace {
-
 // The field a problem is about, as its flag when a flag set it.
 std::optional<std::string> flag_for(const model::SpecOverrides& overrides, const std::string& path) {
   for (const auto& [field, flag] : overrides.fields()) {
@@ -105,8 +101,10 @@ std::optional<std::string> flag_for(const model::SpecOverrides& overrides, const
 // applied, checked here first so that every problem is shown before anything is sent:
 // those of the file with its path, line and column as typed, which editors and
 // terminals jump to; those of a flag by the flag's name. An exit code on failure.
-std::variant<int, std::pair<std::string, model::JobSpec>> final_spec(CommandContext& ctx, const SubmitOptions& options,
-                                                                     std::string& file_name) {
+}  // namespace
+
+std::variant<int, std::pair<std::string, model::JobSpec>> load_spec(CommandContext& ctx, const SubmitOptions& options,
+                                                                    std::string& file_name) {
   const model::SpecLimits limits;
   const auto& overrides = options.overrides;
   std::string text;
@@ -156,11 +154,9 @@ std::variant<int, std::pair<std::string, model::JobSpec>> final_spec(CommandCont
   return std::pair{std::move(final_text), std::move(*parsed.spec)};
 }
 
-}  // namespace
-
 std::variant<int, std::string> send_submission(CommandContext& ctx, const SubmitOptions& options) {
   std::string file_name;
-  auto checked = final_spec(ctx, options, file_name);
+  auto checked = load_spec(ctx, options, file_name);
   if (auto* code = std::get_if<int>(&checked)) return *code;
   auto& [text, spec] = std::get<1>(checked);
   // As sbatch: the job takes this shell's environment (--export, else the spec's export:)

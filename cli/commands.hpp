@@ -123,6 +123,15 @@ struct NodeOptions {
   bool json = false;
 };
 
+// The spec as it will be sent: the file (or standard input, or nothing) with the flags
+// applied, and its text; every problem printed (the file's with line and column, a
+// flag's by its name) and the exit code when there is one. `file_name` is what messages
+// call the source.
+std::variant<int, std::pair<std::string, model::JobSpec>> load_spec(CommandContext& ctx, const SubmitOptions& options,
+                                                                    std::string& file_name);
+// The spec as an sbatch script for a Slurm cluster (corral export --slurm).
+std::string format_sbatch(const model::JobSpec& spec, const std::string& source);
+int run_export(CommandContext& ctx, const SubmitOptions& options);
 // Checks the spec (file, standard input or flags alone) and sends it: the coordinator's
 // answer, or the exit code once the failure has been printed.
 std::variant<int, std::string> send_submission(CommandContext& ctx, const SubmitOptions& options);

@@ -17,6 +17,7 @@ CORRAL_PACKAGES=(
 CORRAL_TEST_PACKAGES=(
   python3-torch
   gdb          # corral stack's native stacks, run for real by its tests
+  slurmctld slurmd slurm-client munge  # corral export --slurm, run by a private Slurm in the tests
 )
 # scripts/fuzz.sh installs clang-16 and libclang-rt-16-dev for the fuzz targets.
 

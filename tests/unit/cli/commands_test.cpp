@@ -393,6 +393,27 @@ TEST_F(CommandsTest, AnInvalidSpecOnStandardInputIsNamedStdin) {
   EXPECT_TRUE(api_.calls.empty());
 }
 
+TEST_F(CommandsTest, ExportSlurmWritesTheShapeLimitsAndARankWrapperQuotingEveryArgument) {
+  std::string path = write_spec(
+      "name: sweep\ncommand: [python3, \"it's.py\", --lr, \"3e-4\"]\nworkdir: /data/run\nenv: {A: \"x y\"}\n"
+      "resources: {gpus: 8, gpu: {model: \"NVIDIA A100*\"}}\nlaunch: {gpu_visibility: rank}\ntime_limit: 90m\n"
+      "array: \"0-3%2\"\nretries: 1\n");
+  auto c = ctx();
+  EXPECT_EQ(run_export(c, SubmitOptions{path}), kExitOk) << err_.str();
+  const std::string script = out_.str();
+  for (const char* line : {"#!/bin/bash\n", "#SBATCH --job-name=sweep\n", "#SBATCH --nodes=1\n",
+                           "#SBATCH --ntasks-per-node=8\n", "#SBATCH --gres=gpu:8\n", "#SBATCH --time=0-01:30:00\n",
+                           "#SBATCH --chdir=/data/run\n", "#SBATCH --array=0-3%2\n", "export A='x y'\n",
+                           "# resources.gpu (model, memory, CUDA) has no portable Slurm form",
+                           "# retries: 1 in corral; Slurm's nearest is --requeue.\n",
+                           "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))\n",
+                           "corral-rank 'python3' 'it'\\''s.py' '--lr' '3e-4'\n"}) {
+    EXPECT_NE(script.find(line), std::string::npos) << line << "\n" << script;
+  }
+  EXPECT_NE(script.find("CUDA_VISIBLE_DEVICES=$(IFS=,"), std::string::npos);  // gpu_visibility: rank
+  EXPECT_TRUE(api_.calls.empty());  // nothing sent
+}
+
 TEST_F(CommandsTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
   api_.answer(200, R"({"rank": 0, "node": "a", "offset": 0, "data": "abc", "size": 5, "finished": false})");
   api_.answer(200, R"({"rank": 0, "node": "a", "offset": 3, "data": "de", "size": 9, "finished": false})");
