@@ -215,6 +215,22 @@ int run_submit(CommandContext& ctx, const SubmitOptions& options) {
   return kExitOk;
 }
 
+namespace {
+
+// GET path?query: a list of jobs, printed as JSON or through `format`.
+int print_job_list(CommandContext& ctx, const std::string& path, const std::vector<std::string>& query, bool json,
+                   std::string (*format)(const std::vector<JobInfo>&, TimePoint)) {
+  auto body = call(ctx, "GET", query.empty() ? path : path + "?" + join(query, "&"));
+  if (!body) return fail(ctx, body.error());
+  if (json) return print_json(ctx, *body);
+  auto jobs = parse_jobs(*body);
+  if (!jobs) return fail(ctx, jobs.error());
+  ctx.out << format(*jobs, ctx.clock.now());
+  return kExitOk;
+}
+
+}  // namespace
+
 int run_queue(CommandContext& ctx, const QueueOptions& options) {
   std::string target = "/v1/jobs";
   std::vector<std::string> query;
@@ -222,14 +238,7 @@ int run_queue(CommandContext& ctx, const QueueOptions& options) {
   if (!options.users.empty()) query.push_back("user=" + query_list(options.users));
   if (!options.states.empty()) query.push_back("state=" + query_list(options.states));
   if (options.me) query.push_back("me=1");
-  if (!query.empty()) target += "?" + join(query, "&");
-  auto body = call(ctx, "GET", target);
-  if (!body) return fail(ctx, body.error());
-  if (options.json) return print_json(ctx, *body);
-  auto jobs = parse_jobs(*body);
-  if (!jobs) return fail(ctx, jobs.error());
-  ctx.out << format_queue(*jobs, ctx.clock.now());
-  return kExitOk;
+  return print_job_list(ctx, target, query, options.json, format_queue);
 }
 
 int run_history(CommandContext& ctx, const HistoryOptions& options) {
@@ -239,15 +248,7 @@ int run_history(CommandContext& ctx, const HistoryOptions& options) {
   if (!options.users.empty()) query.push_back("user=" + query_list(options.users));
   if (!options.states.empty()) query.push_back("state=" + query_list(options.states));
   if (options.limit > 0) query.push_back("limit=" + std::to_string(options.limit));
-  std::string target = "/v1/history";
-  if (!query.empty()) target += "?" + join(query, "&");
-  auto body = call(ctx, "GET", target);
-  if (!body) return fail(ctx, body.error());
-  if (options.json) return print_json(ctx, *body);
-  auto jobs = parse_jobs(*body);
-  if (!jobs) return fail(ctx, jobs.error());
-  ctx.out << format_history(*jobs, ctx.clock.now());
-  return kExitOk;
+  return print_job_list(ctx, "/v1/history", query, options.json, format_history);
 }
 
 int run_usage(CommandContext& ctx, const UsageOptions& options) {

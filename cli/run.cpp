@@ -222,6 +222,16 @@ class Runner {
 int run_run(CommandContext& ctx, const RunOptions& options) {
   SubmitOptions submit = options.submit;
   submit.dry_run = false;
+  {
+    // One job to stay with: an array is many (submit it, then follow an element).
+    std::string file_name;
+    auto checked = load_spec(ctx, submit, file_name);
+    if (auto* code = std::get_if<int>(&checked)) return *code;
+    if (std::get<1>(checked).second.array) {
+      ctx.err << "corral: run follows one job; an array is many: submit it, then `corral logs -f ARRAY_INDEX`\n";
+      return kExitUsage;
+    }
+  }
   auto sent = send_submission(ctx, submit);
   if (auto* code = std::get_if<int>(&sent)) return *code;
   auto id = parse_submitted_id(std::get<std::string>(sent));

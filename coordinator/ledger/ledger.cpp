@@ -201,23 +201,46 @@ std::string_view wanted(model::DependencyKind kind) {
 
 }  // namespace
 
+std::vector<model::JobId> Ledger::dependency_targets(model::JobId id, const EndedLookup& ended) {
+  // The elements of an array have the ids that follow its own, each naming the array.
+  auto array_of = [&](model::JobId j) -> std::optional<store::ArrayElement> {
+    if (const Job* job = any(j)) return job->record.array;
+    if (ended) {
+      if (auto stored = ended(j)) return stored->array;
+    }
+    return std::nullopt;
+  };
+  std::vector<model::JobId> out{id};
+  auto first = array_of(id);
+  if (!first || first->job != id) return out;
+  for (model::JobId next = id + 1; next < id + static_cast<model::JobId>(model::kMaxArrayElements); ++next) {
+    auto element = array_of(next);
+    if (!element || element->job != id) break;
+    out.push_back(next);
+  }
+  return out;
+}
+
 void Ledger::watch_dependencies(Job& job, const EndedLookup& ended) {
   const model::JobId id = job.record.id;
   if (job.record.state != JobState::Pending || job.spec.dependencies.empty()) return;
   std::vector<std::pair<model::JobId, JobState>> settled;
   auto& unmet = unmet_[id];
   for (const auto& d : job.spec.dependencies) {
-    if (live(d.job) != nullptr) {
-      unmet.insert_or_assign(d.job, d.kind);
-      dependents_[d.job].insert(id);
-      continue;
+    for (model::JobId target : dependency_targets(d.job, ended)) {
+      unmet.insert_or_assign(target, d.kind);
+      if (live(target) != nullptr) {
+        dependents_[target].insert(id);
+        continue;
+      }
+      std::optional<JobState> state;
+      if (const Job* gone = any(target)) state = gone->record.state;
+      if (!state && ended) {
+        if (auto stored = ended(target)) state = stored->state;
+      }
+      // A job that vanished from the store counts as one that can never complete.
+      settled.emplace_back(target, state && model::is_terminal(*state) ? *state : JobState::Cancelled);
     }
-    std::optional<JobState> state;
-    if (const Job* gone = any(d.job)) state = gone->record.state;
-    if (!state && ended) state = ended(d.job);
-    unmet.insert_or_assign(d.job, d.kind);
-    // A job that vanished from the store counts as one that can never complete.
-    settled.emplace_back(d.job, state && model::is_terminal(*state) ? *state : JobState::Cancelled);
   }
   update_hold(id);
   for (const auto& [dep, state] : settled) dependency_ended(id, dep, state);

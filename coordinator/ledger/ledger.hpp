@@ -99,9 +99,14 @@ class Ledger {
 
   explicit Ledger(model::CoordinatorConfig config);
 
-  // The end state of a job the ledger no longer holds (the store knows it), or nullopt
-  // for a job that does not exist. For dependencies (after_ok, ...) on old jobs.
-  using EndedLookup = std::function<std::optional<model::JobState>(model::JobId)>;
+  // A job the ledger no longer holds, as the store knows it: its state and, for an array's
+  // element, its array. For dependencies (after_ok, ...) on old jobs.
+  struct StoredJob {
+    model::JobState state = model::JobState::Pending;
+    std::optional<store::ArrayElement> array;
+  };
+  // nullopt for a job that does not exist.
+  using EndedLookup = std::function<std::optional<StoredJob>(model::JobId)>;
 
   // Rebuilds the state from what the store loaded. Jobs that were running wait
   // `reconnect_grace` for their agents to report them; no node takes a job before its
@@ -168,6 +173,9 @@ class Ledger {
   // ---- dependencies (after_ok, after_any, after_not_ok)
   // Registers a pending job's dependencies; those on jobs that ended are settled now.
   void watch_dependencies(Job& job, const EndedLookup& ended);
+  // What a dependency on `id` waits for: the job, or, for an array's id, every element
+  // (as Slurm's afterok on an array job).
+  std::vector<model::JobId> dependency_targets(model::JobId id, const EndedLookup& ended);
   // A job the dependent waits for ended in `state`: met, or never (the dependent is cancelled).
   void dependency_ended(model::JobId dependent, model::JobId dep, model::JobState state);
   // Holds the job (Dependency, naming what it waits for) or lets the scheduler place it.

@@ -44,10 +44,10 @@ Result<void> Coordinator::start() {
 
 ledger::Ledger::EndedLookup Coordinator::ended_lookup() {
   // A primary-key read of SQLite; only for dependencies on jobs the ledger let go of.
-  return [this](model::JobId id) -> std::optional<model::JobState> {
+  return [this](model::JobId id) -> std::optional<ledger::Ledger::StoredJob> {
     auto rec = store_.job(id);
     if (!rec || !*rec) return std::nullopt;
-    return (*rec)->state;
+    return ledger::Ledger::StoredJob{(*rec)->state, (*rec)->array};
   };
 }
 

@@ -22,11 +22,7 @@ using testing::CoordinatorProcess;
 using testing::current_user;
 using testing::eventually;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::Outcome;
 
 class CliClusterTest : public ::testing::Test {
  protected:
@@ -67,14 +63,7 @@ class CliClusterTest : public ::testing::Test {
   }
 
   Outcome run(const std::vector<std::string>& argv, const std::string& token) {
-    testing::Child child;
-    Outcome o;
-    if (!child.start(argv, env(token))) return o;
-    o.out = child.read_stdout();
-    int status = child.wait();
-    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    for (const auto& line : child.lines()) o.err += line + "\n";
-    return o;
+    return testing::run_to_end(argv, env(token));
   }
 
   Json job(std::int64_t id) {

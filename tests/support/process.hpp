@@ -150,6 +150,24 @@ class Child {
   bool eof_ = false;
 };
 
+// A command run to its end: its exit status (128 + signal when killed), stdout, stderr.
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline Outcome run_to_end(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+  Child child;
+  Outcome o;
+  if (!child.start(argv, env)) return o;
+  o.out = child.read_stdout();
+  int status = child.wait();
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  for (const auto& line : child.lines()) o.err += line + "\n";
+  return o;
+}
+
 // Runs a command to completion; returns (exit status, stdout).
 inline std::pair<int, std::string> run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
   Child c;

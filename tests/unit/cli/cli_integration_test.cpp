@@ -60,11 +60,7 @@ class ScriptedCoordinator : public net::ServerHandler {
   std::vector<net::HttpRequest> seen_;
 };
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::Outcome;
 
 class CliIntegrationTest : public ::testing::Test {
  protected:
@@ -99,14 +95,7 @@ class CliIntegrationTest : public ::testing::Test {
     std::vector<std::string> env{"HOME=" + dir_.path().string(), "XDG_CONFIG_HOME=" + dir_.file("xdg"),
                                  "CORRAL_URL=" + (url.empty() ? url_ : url), "CORRAL_TOKEN=" + token,
                                  "CORRAL_CA=" + (ca.empty() ? dir_.file("ca.pem") : ca)};
-    testing::Child child;
-    Outcome o;
-    if (!child.start(argv, env)) return o;
-    o.out = child.read_stdout();
-    int status = child.wait();
-    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    for (const auto& line : child.lines()) o.err += line + "\n";
-    return o;
+    return testing::run_to_end(argv, env);
   }
 
   std::string write_file(const std::string& name, const std::string& text) {

@@ -211,10 +211,10 @@ class DependencyTest : public LedgerTest {
     const auto* j = ledger_->scheduler().job(id);
     return j ? std::string(sched::to_string(j->reason.code)) + ": " + j->reason.detail : "";
   }
-  std::optional<JobState> stored_state(model::JobId id) {
+  std::optional<Ledger::StoredJob> stored_state(model::JobId id) {
     auto rec = store_.job(id);
     if (!rec || !*rec) return std::nullopt;
-    return (*rec)->state;
+    return Ledger::StoredJob{(*rec)->state, (*rec)->array};
   }
 };
 
@@ -319,6 +319,38 @@ TEST_F(DependencyTest, AnArrayIsOneCommitOfJobsInARowAndItsLimitHoldsTheRestBack
   EXPECT_EQ(running(), 2);
   EXPECT_EQ(state(s->ids[2]), JobState::Starting);
   EXPECT_EQ(ledger_->array_elements(s->id).size(), 9u);
+}
+
+TEST_F(DependencyTest, ADependencyOnAnArraysIdWaitsForEveryElement) {
+  join("a", hello("a", 4));
+  std::string text = "name: sweep\ncommand: \"true\"\nresources: {gpus_per_node: 1}\narray: \"0-2\"\n";
+  auto spec = model::parse_job_spec(text, "t.yaml");
+  ASSERT_TRUE(spec.has_value());
+  auto s = ledger_->submit("alice", *spec, text, now_);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE(store_.commit(s->change).has_value());
+  ledger_->schedule(now_);
+  commit();
+  model::JobId after = submit(1, 1, "after_ok: " + std::to_string(s->id) + "\n");
+  EXPECT_EQ(pending_reason(after),
+            "Dependency: waiting for job " + std::to_string(s->id) + " to complete (after_ok) and 2 more");
+  // Each element runs and exits: 0, 0, then 1.
+  for (int i = 0; i < 3; ++i) {
+    const model::JobId e = s->ids[static_cast<std::size_t>(i)];
+    int port = 0;
+    for (const auto& p : sent_to<protocol::Prepare>("a")) {
+      if (p.job == e) port = p.master_port;
+    }
+    ASSERT_NE(port, 0) << i;
+    say("a", protocol::PrepareResult{e, 0, true, false, "", "", port});
+    say("a", protocol::RankStarted{e, 0, 0, 100 + i});
+    say("a", protocol::RankExited{e, 0, 0, i == 2 ? 1 : 0, 0, "exited", false});
+    say("a", protocol::AttemptGone{e, 0});
+    if (i < 2) EXPECT_EQ(state(after), JobState::Pending) << i;
+  }
+  EXPECT_EQ(state(after), JobState::Cancelled);
+  EXPECT_EQ((*store_.job(after))->detail,
+            "job " + std::to_string(s->ids[2]) + " ended FAILED; after_ok needed it to complete");
 }
 
 class RendezvousTest : public LedgerTest {
