@@ -386,14 +386,13 @@ net::HttpResponse Coordinator::history(const net::HttpRequest& request) {
     }
     limit = *n;
   }
-  // Filters by user or state read further: the store's limit counts every ended job.
-  const bool filtered = !filter->users.empty() || !filter->states.empty();
-  auto ended = store_.ended_jobs(store::EndedQuery{range->since, range->until, filtered ? 0 : limit});
+  store::EndedQuery q{range->since, range->until, limit};
+  q.users.assign(filter->users.begin(), filter->users.end());
+  q.states.assign(filter->states.begin(), filter->states.end());
+  auto ended = store_.ended_jobs(q);
   if (!ended) return error_response(503, ended.error().message());
   Json out = Json::array();
   for (const auto& rec : *ended) {
-    if (!filter->matches(rec)) continue;
-    if (out.size() >= limit) break;
     JobView v;
     v.record = &rec;
     v.gpus = allocated_gpus(rec);

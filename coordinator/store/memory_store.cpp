@@ -167,6 +167,8 @@ Result<std::vector<JobRecord>> MemoryStore::ended_jobs(const EndedQuery& query) 
   for (const auto& [id, job] : jobs_) {
     if (!model::is_terminal(job.state) || !job.ended_at || *job.ended_at < query.since) continue;
     if (query.until && *job.ended_at >= *query.until) continue;
+    if (!query.users.empty() && std::find(query.users.begin(), query.users.end(), job.user) == query.users.end()) continue;
+    if (!query.states.empty() && std::find(query.states.begin(), query.states.end(), job.state) == query.states.end()) continue;
     JobRecord light = job;
     light.spec_yaml.clear();
     light.ranks.clear();

@@ -479,17 +479,31 @@ Result<std::optional<model::JobId>> SqliteStore::array_element(model::JobId arra
 
 Result<std::vector<JobRecord>> SqliteStore::ended_jobs(const EndedQuery& query) {
   // The columns of kSelectJob, with what a history does not show left empty; the partial
-  // index jobs_by_end makes this a range scan.
-  static const std::string sql =
+  // index jobs_by_end makes this a range scan. Users and states are filtered here, so a
+  // row that does not match is never decoded; they are bound as ?4 onwards.
+  std::string sql =
       "SELECT id, user, name, '', state, reason, attempt, submitted_at, started_at, ended_at, allocation, nccl_id, "
       "failed_rank, failed_node, exit_code, '[]', outcome, '[]', detail, NULL, NULL, array_job, array_index FROM jobs "
       "WHERE ended_at IS NOT NULL AND ended_at >= ?1 AND (?2 IS NULL OR ended_at < ?2) AND state NOT IN (" +
-      active_states_sql() + ") ORDER BY ended_at, id LIMIT ?3";
+      active_states_sql() + ")";
+  int next = 4;
+  auto in_list = [&](const char* column, std::size_t n) {
+    if (n == 0) return;
+    sql += std::string(" AND ") + column + " IN (";
+    for (std::size_t i = 0; i < n; ++i) sql += (i == 0 ? "?" : ", ?") + std::to_string(next++);
+    sql += ")";
+  };
+  in_list("user", query.users.size());
+  in_list("state", query.states.size());
+  sql += " ORDER BY ended_at, id LIMIT ?3";
   auto stmt = db_->prepare(sql);
   if (!stmt) return std::unexpected(stmt.error());
   (*stmt)->bind(1, to_millis(query.since));
   (*stmt)->bind(2, optional_millis(query.until));
   (*stmt)->bind(3, query.limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(query.limit));
+  int at = 4;
+  for (const auto& u : query.users) (*stmt)->bind(at++, u);
+  for (auto st : query.states) (*stmt)->bind(at++, model::to_string(st));
   std::vector<JobRecord> jobs;
   while (true) {
     auto row = (*stmt)->step();

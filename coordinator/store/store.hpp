@@ -163,6 +163,8 @@ struct EndedQuery {
   TimePoint since{};
   std::optional<TimePoint> until;
   std::size_t limit = 0;  // 0: no limit
+  std::vector<std::string> users = {};         // empty: every user's
+  std::vector<model::JobState> states = {};    // empty: every end state
 };
 
 // What GPU time is summed by: the job's user, the node, or the GPU's product name (from

@@ -283,6 +283,12 @@ TYPED_TEST(StoreContract, EndedJobsComeByEndTimeWithinTheRangeAndLight) {
   auto first = this->store_->ended_jobs(EndedQuery{at(0), std::nullopt, 2});
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->size(), 2u);
+  auto filtered = this->store_->ended_jobs(
+      EndedQuery{at(0), std::nullopt, 0, {"ada", "grace"}, {JobState::Failed, JobState::Completed}});
+  ASSERT_TRUE(filtered.has_value());
+  ids.clear();
+  for (const auto& j : *filtered) ids.push_back(j.id);
+  EXPECT_EQ(ids, (std::vector<model::JobId>{8, 50}));  // 9 was CANCELLED
 }
 
 TYPED_TEST(StoreContract, GpuUsageSumsEachGpusTimeWithinTheRangeByUserNodeAndClass) {
