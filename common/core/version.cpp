@@ -2,8 +2,8 @@
 
 namespace corral {
 
-std::string version_line(const std::string& program) {
-  return program + " " + CORRAL_VERSION;
-}
+std::string version() { return CORRAL_VERSION; }
+
+std::string version_line(const std::string& program) { return program + " " + version(); }
 
 }  // namespace corral

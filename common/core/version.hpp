@@ -6,6 +6,8 @@
 
 namespace corral {
 
+// "0.1.0"
+std::string version();
 // "corral-agent 0.1.0"
 std::string version_line(const std::string& program);
 

@@ -507,8 +507,24 @@ void Ledger::apply_change(const sched::JobChange& change) {
   if (job->record.array && (model::is_terminal(change.to) || change.to == JobState::Pending)) {
     arrays_dirty_.insert(job->record.array->job);  // a place in its array is free again
   }
+  if (change.to == JobState::Starting && rec.attempt == 0) {
+    // Submission to first start (a requeued attempt's wait is not a queue's).
+    const TimePoint queued = rec.submitted_at;
+    std::string cls = "unknown";
+    if (rec.allocation && !rec.allocation->nodes.empty() && !rec.allocation->nodes.front().gpus.empty()) {
+      if (const auto* node = scheduler_.node(rec.allocation->nodes.front().node)) {
+        for (const auto& g : node->gpus) {
+          if (g.index == rec.allocation->nodes.front().gpus.front()) cls = g.cls.product;
+        }
+      }
+    }
+    stats_.queue_wait_by_class.try_emplace(cls, kQueueWaitBounds)
+        .first->second.observe(std::chrono::duration<double>(now - queued).count());
+  }
   if (model::is_terminal(change.to)) {
     ++stats_.ended[static_cast<int>(change.to)];
+    ++stats_.ended_by_user[{change.to, rec.user}];
+    if (rec.started_at) stats_.run_seconds.observe(std::chrono::duration<double>(now - *rec.started_at).count());
     ended_unsettled_.emplace_back(change.job, change.to);
     Job ended = std::move(*job);
     jobs_.erase(change.job);

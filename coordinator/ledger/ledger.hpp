@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/core/error.hpp"
+#include "common/core/histogram.hpp"
 #include "common/core/time.hpp"
 #include "common/model/config.hpp"
 #include "common/model/job_spec.hpp"
@@ -46,7 +47,13 @@ struct Effects {
 struct LedgerStats {
   std::uint64_t submitted = 0;
   std::uint64_t ended[model::kJobStateCount] = {};  // by JobState
+  std::map<std::pair<model::JobState, std::string>, std::uint64_t> ended_by_user;  // (state, user)
+  // Submit (or requeue) to start, by the product of the job's GPUs; and start to end.
+  std::map<std::string, Histogram> queue_wait_by_class;
+  Histogram run_seconds{{10, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400}};
 };
+// The bounds of queue_wait_by_class, in seconds.
+inline const std::vector<double> kQueueWaitBounds = {1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400};
 
 class Ledger {
  public:

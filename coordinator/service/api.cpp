@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/core/strings.hpp"
+#include "common/core/version.hpp"
 #include "common/model/job_spec_yaml.hpp"
 #include "common/net/pki.hpp"
 #include "common/protocol/json_reader.hpp"
@@ -780,51 +781,142 @@ net::HttpResponse Coordinator::drain_node(const std::string& name, const net::Ht
   return json_response(200, node_json(v));
 }
 
+namespace {
+
+// A label value as the text format wants it: backslash, quote and newline escaped.
+std::string label_value(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// name="value",name="value"
+std::string labels(std::initializer_list<std::pair<std::string_view, std::string_view>> pairs) {
+  std::string out;
+  for (const auto& [k, v] : pairs) {
+    if (!out.empty()) out += ",";
+    out += std::string(k) + "=\"" + label_value(v) + "\"";
+  }
+  return out;
+}
+
+}  // namespace
+
 net::HttpResponse Coordinator::metrics() {
   std::string out;
-  auto line = [&out](const std::string& name, const std::string& labels, double value) {
+  auto family = [&out](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  auto line = [&out](const std::string& name, const std::string& label_text, double value) {
     out += name;
-    if (!labels.empty()) out += "{" + labels + "}";
+    if (!label_text.empty()) out += "{" + label_text + "}";
     char buf[64];
     std::snprintf(buf, sizeof(buf), " %.17g\n", value);
     out += buf;
   };
-  out += "# HELP corral_jobs Live jobs by state.\n# TYPE corral_jobs gauge\n";
+  const auto& scheduler = ledger_.scheduler();
+
+  family("corral_build_info", "gauge", "The coordinator's version (always 1).");
+  line("corral_build_info", labels({{"version", version()}}), 1);
+
+  family("corral_jobs", "gauge", "Live jobs by state (ended jobs are in corral_jobs_ended_total).");
   int by_state[model::kJobStateCount] = {};
-  for (const auto& [id, job] : ledger_.live_jobs()) ++by_state[static_cast<int>(job.record.state)];
+  std::map<std::string, int> pending_by_reason;
+  for (const auto& [id, job] : ledger_.live_jobs()) {
+    ++by_state[static_cast<int>(job.record.state)];
+    if (job.record.state == JobState::Pending) {
+      const auto* sj = scheduler.job(id);
+      ++pending_by_reason[sj ? std::string(sched::to_string(sj->reason.code)) : "None"];
+    }
+  }
   for (JobState s : {JobState::Pending, JobState::Starting, JobState::Running, JobState::Ending}) {
-    line("corral_jobs", "state=\"" + std::string(model::to_string(s)) + "\"", by_state[static_cast<int>(s)]);
+    line("corral_jobs", labels({{"state", model::to_string(s)}}), by_state[static_cast<int>(s)]);
   }
-  out += "# HELP corral_jobs_ended_total Jobs ended since the coordinator started, by state.\n# TYPE corral_jobs_ended_total counter\n";
-  for (JobState s : model::kAllJobStates) {
-    if (model::is_terminal(s)) {
-      line("corral_jobs_ended_total", "state=\"" + std::string(model::to_string(s)) + "\"", static_cast<double>(ledger_.stats().ended[static_cast<int>(s)]));
-    }
+  family("corral_jobs_pending", "gauge", "Pending jobs by the reason they wait.");
+  for (sched::PendingCode code : {sched::PendingCode::Resources, sched::PendingCode::Priority,
+                                  sched::PendingCode::NoHomogeneousSet, sched::PendingCode::NodeDown,
+                                  sched::PendingCode::Drained, sched::PendingCode::Dependency,
+                                  sched::PendingCode::JobArrayTaskLimit}) {
+    const std::string reason(sched::to_string(code));
+    line("corral_jobs_pending", labels({{"reason", reason}}), pending_by_reason[reason]);
   }
-  out += "# HELP corral_jobs_submitted_total Jobs accepted since the coordinator started.\n# TYPE corral_jobs_submitted_total counter\n";
+  family("corral_jobs_submitted_total", "counter", "Jobs accepted since the coordinator started.");
   line("corral_jobs_submitted_total", "", static_cast<double>(ledger_.stats().submitted));
-  out += "# HELP corral_nodes Nodes by state.\n# TYPE corral_nodes gauge\n";
-  int up = 0, down = 0, drained = 0, gpus = 0, held = 0;
-  for (const auto* n : ledger_.scheduler().nodes()) {
-    (n->state == model::NodeState::Up ? up : n->state == model::NodeState::Down ? down : drained)++;
-    for (const auto& g : n->gpus) {
-      ++gpus;
-      if (ledger_.scheduler().gpu_holder(n->name, g.index)) ++held;
+  family("corral_jobs_ended_total", "counter", "Jobs ended since the coordinator started, by end state and user.");
+  for (const auto& [key, n] : ledger_.stats().ended_by_user) {
+    line("corral_jobs_ended_total", labels({{"state", model::to_string(key.first)}, {"user", key.second}}),
+         static_cast<double>(n));
+  }
+  family("corral_job_queue_wait_seconds", "histogram", "From submission to first start, by the GPU class it got.");
+  for (const auto& [cls, h] : ledger_.stats().queue_wait_by_class) {
+    out += h.render("corral_job_queue_wait_seconds", labels({{"class", cls}}));
+  }
+  family("corral_job_run_seconds", "histogram", "From the last start to the end, of jobs that ended.");
+  out += ledger_.stats().run_seconds.render("corral_job_run_seconds", "");
+
+  family("corral_nodes", "gauge", "Nodes by state.");
+  int up = 0, down = 0, drained = 0;
+  for (const auto* n : scheduler.nodes()) (n->state == model::NodeState::Up ? up : n->state == model::NodeState::Down ? down : drained)++;
+  line("corral_nodes", labels({{"state", "up"}}), up);
+  line("corral_nodes", labels({{"state", "down"}}), down);
+  line("corral_nodes", labels({{"state", "drained"}}), drained);
+  family("corral_node_up", "gauge", "1 when the node is up (its agent connected, not drained), else 0.");
+  for (const auto* n : scheduler.nodes()) line("corral_node_up", labels({{"node", n->name}}), n->state == model::NodeState::Up);
+  family("corral_agent_last_heartbeat_seconds", "gauge",
+         "Unix time of the last message from the node's agent (time() minus it: how long it has been silent).");
+  for (const auto* n : scheduler.nodes()) {
+    if (const auto* link = ledger_.link(n->name)) {
+      line("corral_agent_last_heartbeat_seconds", labels({{"node", n->name}}),
+           static_cast<double>(to_millis(link->last_seen)) / 1000.0);
     }
   }
-  line("corral_nodes", "state=\"up\"", up);
-  line("corral_nodes", "state=\"down\"", down);
-  line("corral_nodes", "state=\"drained\"", drained);
-  out += "# HELP corral_gpus GPUs known, and held by jobs.\n# TYPE corral_gpus gauge\n";
-  line("corral_gpus", "", gpus);
-  line("corral_gpus_allocated", "", held);
-  out += "# HELP corral_scheduler_passes_total Scheduling passes run.\n# TYPE corral_scheduler_passes_total counter\n";
+  family("corral_gpus", "gauge", "GPUs by node, class and state: allocated (held by a job), free, drained, down.");
+  std::map<std::string, int> by_user;
+  for (const auto* n : scheduler.nodes()) {
+    std::map<std::pair<std::string, std::string>, int> counts;  // (class, state)
+    for (const auto& g : n->gpus) {
+      std::string state = n->state == model::NodeState::Down ? "down" : n->state == model::NodeState::Drained ? "drained" : "free";
+      if (auto holder = scheduler.gpu_holder(n->name, g.index)) {
+        state = "allocated";
+        if (const Job* j = ledger_.any_job(*holder)) ++by_user[j->record.user];
+      }
+      ++counts[{g.cls.product, state}];
+    }
+    std::set<std::string> classes;
+    for (const auto& g : n->gpus) classes.insert(g.cls.product);
+    for (const auto& cls : classes) {
+      for (const char* state : {"allocated", "free", "drained", "down"}) {
+        line("corral_gpus", labels({{"node", n->name}, {"class", cls}, {"state", state}}), counts[{cls, state}]);
+      }
+    }
+  }
+  family("corral_gpus_allocated_by_user", "gauge", "GPUs held by each user's jobs.");
+  for (const auto& [user, n] : by_user) line("corral_gpus_allocated_by_user", labels({{"user", user}}), n);
+
+  family("corral_scheduler_passes_total", "counter", "Scheduling passes run.");
   line("corral_scheduler_passes_total", "", static_cast<double>(stats_.passes));
+  family("corral_scheduler_last_pass_seconds", "gauge", "How long the last scheduling pass took.");
   line("corral_scheduler_last_pass_seconds", "", stats_.last_pass_ms / 1000.0);
+  family("corral_store_batches_total", "counter", "SQLite transactions committed (each one sync).");
   line("corral_store_batches_total", "", static_cast<double>(committer_.batches()));
+  family("corral_store_changes_total", "counter", "State changes committed (several per transaction under load).");
   line("corral_store_changes_total", "", static_cast<double>(committer_.committed()));
+  family("corral_store_commit_seconds", "histogram", "How long each SQLite transaction, sync included, took.");
+  out += committer_.commit_seconds().render("corral_store_commit_seconds", "");
+  family("corral_agent_messages_total", "counter", "Messages received from agents.");
   line("corral_agent_messages_total", "", static_cast<double>(stats_.agent_messages));
+  family("corral_agent_messages_rejected_total", "counter", "Agent messages refused as malformed.");
   line("corral_agent_messages_rejected_total", "", static_cast<double>(stats_.bad_agent_messages));
+  family("corral_http_requests_total", "counter", "HTTP requests received.");
   line("corral_http_requests_total", "", static_cast<double>(stats_.http_requests));
   return {200, "text/plain; version=0.0.4", out, {}};
 }

@@ -1,5 +1,7 @@
 #include "coordinator/service/committer.hpp"
 
+#include <chrono>
+
 namespace corral::service {
 
 void Committer::schedule_flush() {
@@ -33,7 +35,9 @@ void Committer::flush() {
   }
   std::vector<Result<void>> results;
   if (!changes.empty()) {
+    const auto started = std::chrono::steady_clock::now();
     results = store_.commit(changes);
+    commit_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     ++batches_;
     committed_ += changes.size();
   }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/core/histogram.hpp"
 #include "common/net/event_loop.hpp"
 #include "coordinator/store/store.hpp"
 
@@ -31,6 +32,8 @@ class Committer {
 
   std::size_t batches() const { return batches_; }
   std::size_t committed() const { return committed_; }
+  // How long each batch's commit took (one SQLite transaction and its sync).
+  const Histogram& commit_seconds() const { return commit_seconds_; }
 
  private:
   struct Item {
@@ -47,6 +50,7 @@ class Committer {
   bool posted_ = false;
   std::size_t batches_ = 0;
   std::size_t committed_ = 0;
+  Histogram commit_seconds_{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 };
 
 }  // namespace corral::service

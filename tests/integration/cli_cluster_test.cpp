@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -288,6 +289,36 @@ TEST_F(CliClusterTest, AnArrayRunsEachIndexWithinItsLimitAndIsCancelledWholeOrBy
     }, 20s)) << i;
   }
   EXPECT_EQ(corral({"show", a + "_9"}).exit_code, 1);
+}
+
+TEST_F(CliClusterTest, MetricsPassPromtoolAndCountGpusJobsAndWaitsAsTheyAre) {
+  auto running = corral({"submit", "--parsable", "-N", "2", "--gpus-per-node", "1", "--", "sleep", "60"});
+  ASSERT_EQ(running.exit_code, 0) << running.err;
+  ASSERT_EQ(corral({"run", "-G", "1", "--", "true"}).exit_code, 0);
+  ASSERT_EQ(corral({"submit", "-G", "1", "--after-ok", running.out.substr(0, running.out.find('\n')), "--", "true"}).exit_code, 0);
+  ASSERT_TRUE(eventually([&] { return job(std::stoll(running.out))["state"] == "RUNNING"; }, 20s));
+  auto http = coord_.client();
+  ASSERT_TRUE(http);
+  auto r = http->request("GET", "/metrics", "", {});
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200);
+  const std::string& m = r->body;
+  for (const char* series : {"corral_build_info{version=\"0.", "corral_jobs_pending{reason=\"Dependency\"} 1\n",
+                                                          "corral_gpus{node=\"gpu-a\",class=\"NVIDIA A100-SXM4-80GB\",state=\"allocated\"} 1\n",
+                             "corral_gpus{node=\"gpu-b\",class=\"NVIDIA A100-SXM4-80GB\",state=\"free\"} 1\n",
+                             "corral_node_up{node=\"gpu-a\"} 1\n", "corral_agent_last_heartbeat_seconds{node=\"gpu-b\"} ",
+                             "corral_job_queue_wait_seconds_count{class=\"NVIDIA A100-SXM4-80GB\"} 2\n",
+                             "corral_job_run_seconds_count 1\n", "corral_store_commit_seconds_bucket{le=\"+Inf\"} "}) {
+    EXPECT_NE(m.find(series), std::string::npos) << series << "\n" << m;
+  }
+  EXPECT_NE(m.find("corral_jobs_ended_total{state=\"COMPLETED\",user=\"" + current_user() + "\"} 1\n"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("corral_gpus_allocated_by_user{user=\"" + current_user() + "\"} 2\n"), std::string::npos) << m;
+  if (::access("/usr/bin/promtool", X_OK) != 0) GTEST_SKIP() << "promtool is not installed (Debian: prometheus)";
+  std::ofstream(dir_.file("metrics.txt")) << m;
+  auto check = run({"/bin/sh", "-c", "promtool check metrics < " + dir_.file("metrics.txt")}, {});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  EXPECT_EQ(check.out + check.err, "");
 }
 
 TEST_F(CliClusterTest, EveryProgramSaysItsVersion) {
