@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""bench/vs_slurm: corral and Slurm side by side, in one run, on this host.
+
+Installs Debian's slurmctld, slurmd, slurm-client and munge when missing (root), starts a
+private Slurm cluster (one munged, slurmctld, four slurmd: NodeName s1..s4, each its own
+port and spool, NodeAddr 127.0.0.1, 8 gres GPUs whose File= entries are links to
+/dev/null) and a corral cluster (coordinator, four simulated 8-GPU agents), then
+measures both in turns, A B A B, so that both see the same noise:
+
+  submit      one `corral submit -G 1 -- true` / `sbatch -G 1 --wrap true`: wall ms and
+              the CPU ms of the process (user + system)
+  rate        8 clients submitting at once: jobs/s
+  drain       1,000 one-GPU jobs of `true` from 8 clients: first submit to queue empty
+  2x2 start   submit of a 2-node x 2-GPU job to all 4 ranks started (each rank writes
+              its start time; the job for Slurm is `corral export --slurm`'s script)
+  memory      controller and node-daemon RSS idle, then after --memory-jobs jobs ran
+
+Prints medians with min-max, the ratio corral/Slurm (for times and sizes below 1 means
+corral is faster or smaller; for submits/s above 1 means corral is faster) and the load
+average, then stops everything it started.
+
+    python3 bench/vs_slurm.py [--build build] [--runs 3] [--memory-jobs 10000]
+"""
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from localcluster import LocalCluster, ROOT  # noqa: E402
+
+SLURM_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+
+
+def ensure_slurm():
+    missing = [p for p in SLURM_PACKAGES
+               if subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True,
+                                 text=True).stdout.find("install ok installed") < 0]
+    if missing:
+        subprocess.run(["apt-get", "install", "-y", "-q"] + missing, check=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), stdout=subprocess.DEVNULL)
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class PrivateSlurm:
+    """munged, slurmctld and four slurmd on this host, in a temporary folder."""
+
+    def __init__(self, nodes=4, gpus=8):
+        self.dir = tempfile.mkdtemp(prefix="corral-vs-slurm-")
+        os.chmod(self.dir, 0o700)
+        d = self.dir
+        base = 31000 + (os.getpid() % 400) * 8
+        os.makedirs(f"{d}/ctld")
+        os.makedirs(f"{d}/gpu")
+        for i in range(gpus):
+            os.symlink("/dev/null", f"{d}/gpu/nvidia{i}")
+        with open(f"{d}/munge.key", "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(f"{d}/munge.key", 0o400)
+        subprocess.run(["munged", "-f", f"--key-file={d}/munge.key", f"--socket={d}/munge.sock",
+                        f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"],
+                       check=True)
+        names = [f"s{i + 1}" for i in range(nodes)]
+        conf = [
+            "ClusterName=corralbench", "SlurmctldHost=localhost(127.0.0.1)", f"SlurmctldPort={base}",
+            "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", f"AuthInfo=socket={d}/munge.sock",
+            "CredType=cred/munge", f"StateSaveLocation={d}/ctld", f"SlurmdSpoolDir={d}/spool-%n",
+            f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd-%n.pid",
+            f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core", "GresTypes=gpu", "MpiDefault=none", "ReturnToService=2",
+            "SwitchType=switch/none", "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            # Each node declares a core per GPU whatever this host has, so that CPUs do not
+            # limit Slurm where corral has no such limit.
+            "SlurmdParameters=config_overrides", "MaxJobCount=200000", "MinJobAge=2",
+        ]
+        for i, n in enumerate(names):
+            conf.append(f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname=localhost Port={base + 1 + i} "
+                        f"CPUs={gpus} RealMemory=1000 Gres=gpu:{gpus} State=UNKNOWN")
+            os.makedirs(f"{d}/spool-{n}")
+        conf.append(f"PartitionName=p Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP")
+        with open(f"{d}/slurm.conf", "w") as f:
+            f.write("\n".join(conf) + "\n")
+        with open(f"{d}/gres.conf", "w") as f:
+            f.write(f"NodeName={','.join(names)} Name=gpu File={d}/gpu/nvidia[0-{gpus - 1}]\n")
+        self.env = dict(os.environ, SLURM_CONF=f"{d}/slurm.conf")
+        subprocess.run(["slurmctld", "-c", "-f", f"{d}/slurm.conf"], check=True, env=self.env)
+        for n in names:
+            subprocess.run(["slurmd", "-f", f"{d}/slurm.conf", "-N", n], check=True, env=self.env)
+        self.names = names
+        deadline = time.time() + 30
+        while self.sinfo_states() != {"idle"}:
+            if time.time() > deadline:
+                raise RuntimeError(f"Slurm did not come up: {self.sinfo_states()}; see {d}")
+            time.sleep(0.2)
+
+    def sinfo_states(self):
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=self.env).stdout
+        return set(out.split())
+
+    def pid(self, name):
+        with open(f"{self.dir}/{name}.pid") as f:
+            return int(f.read().strip())
+
+    def queue_empty(self):
+        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=self.env).stdout
+        return not out.strip()
+
+    def close(self):
+        for name in [f"slurmd-{n}" for n in self.names] + ["slurmctld", "munged"]:
+            try:
+                os.kill(self.pid(name), 15)
+            except (OSError, ValueError):
+                pass
+        time.sleep(1)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def timed(argv, env):
+    """Wall ms and CPU ms (user + system) of one process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = (time.perf_counter() - t) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000
+    return wall, cpu
+
+
+def from_clients(argv, env, jobs, clients=8):
+    left = [jobs]
+    lock = threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                if left[0] == 0:
+                    return
+                left[0] -= 1
+            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+
+    t = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t
+
+
+def wait_until(pred, timeout=600, step=0.05):
+    deadline = time.time() + timeout
+    while not pred():
+        if time.time() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(step)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--submits", type=int, default=20, help="single submissions per run and side")
+    ap.add_argument("--rate-jobs", type=int, default=200)
+    ap.add_argument("--drain-jobs", type=int, default=1000)
+    ap.add_argument("--memory-jobs", type=int, default=10000)
+    args = ap.parse_args()
+    ensure_slurm()
+    cli = os.path.join(args.build, "cli", "corral")
+    res = {}  # metric -> side -> values
+
+    def add(metric, side, value):
+        res.setdefault(metric, {"corral": [], "slurm": []})[side].append(value)
+
+    loads = []
+    slurm = PrivateSlurm()
+    try:
+        with LocalCluster(args.build, agents=4, sim="a100x8.yaml") as c:
+            cenv = c.env()
+            senv = slurm.env
+            corral_submit = [cli, "submit", "--parsable", "-G", "1", "--", "true"]
+            sbatch = ["sbatch", "--parsable", "-G", "1", "-o", "/dev/null", "--wrap", "true"]
+
+            def corral_empty():
+                return not c.get("/v1/jobs")
+
+            mem_idle = {"corral": rss_kb(c.procs[0].pid), "slurm": rss_kb(slurm.pid("slurmctld")),
+                        "corral_agent": rss_kb(c.procs[1].pid), "slurm_node": rss_kb(slurm.pid("slurmd-s1"))}
+            work = tempfile.mkdtemp(prefix="corral-vs-slurm-out-")
+            for run in range(args.runs):
+                for _ in range(args.submits):
+                    for side, argv, env in (("corral", corral_submit, cenv), ("slurm", sbatch, senv)):
+                        wall, cpu = timed(argv, env)
+                        add("submit wall ms", side, wall)
+                        add("submit CPU ms", side, cpu)
+                wait_until(corral_empty)
+                wait_until(slurm.queue_empty)
+                for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
+                                               ("slurm", sbatch, senv, slurm.queue_empty)):
+                    took = from_clients(argv, env, args.rate_jobs)
+                    add("8-client submits/s", side, args.rate_jobs / took)
+                    wait_until(empty)
+                for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
+                                               ("slurm", sbatch, senv, slurm.queue_empty)):
+                    t = time.perf_counter()
+                    from_clients(argv, env, args.drain_jobs)
+                    wait_until(empty)
+                    add(f"{args.drain_jobs}-job drain s", side, time.perf_counter() - t)
+                # 2 x 2: every rank writes when it started.
+                for side in ("corral", "slurm"):
+                    out = os.path.join(work, f"{side}-{run}")
+                    os.makedirs(out)
+                    command = ["sh", "-c", f'date +%s.%N > {out}/rank-$RANK']
+                    spec = ["-N", "2", "--gpus-per-node", "2", "--"] + command
+                    t0 = time.time()
+                    if side == "corral":
+                        subprocess.run([cli, "submit", "--parsable"] + spec, env=cenv, check=True,
+                                       stdout=subprocess.DEVNULL)
+                    else:
+                        script = subprocess.run([cli, "export", "--slurm", "-J", "two"] + spec, check=True,
+                                                capture_output=True, text=True).stdout
+                        subprocess.run(["sbatch", "--parsable", "-o", "/dev/null"], input=script, text=True,
+                                       env=senv, check=True, stdout=subprocess.DEVNULL)
+                    files = [os.path.join(out, f"rank-{r}") for r in range(4)]
+                    wait_until(lambda: all(os.path.exists(f) and os.path.getsize(f) > 0 for f in files), 60, 0.01)
+                    last = max(float(open(f).read()) for f in files)
+                    add("2x2 submit to all ranks started ms", side, (last - t0) * 1000)
+                wait_until(corral_empty)
+                wait_until(slurm.queue_empty)
+                loads.append(os.getloadavg()[0])
+            # Memory after many jobs have run through each.
+            from_clients(corral_submit, cenv, args.memory_jobs)
+            from_clients(sbatch, senv, args.memory_jobs)
+            wait_until(corral_empty, 1800, 0.5)
+            wait_until(slurm.queue_empty, 1800, 0.5)
+            mem_after = {"corral": rss_kb(c.procs[0].pid), "slurm": rss_kb(slurm.pid("slurmctld")),
+                         "corral_agent": rss_kb(c.procs[1].pid), "slurm_node": rss_kb(slurm.pid("slurmd-s1"))}
+            loads.append(os.getloadavg()[0])
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        slurm.close()
+
+    print(f"corral vs Slurm 22.05 on this host, {args.runs} runs, A B alternating; "
+          f"load average {min(loads):.2f}-{max(loads):.2f}")
+    print(f"{'metric':38} {'corral median (min-max)':>26} {'Slurm median (min-max)':>26} {'corral/Slurm':>13}")
+    for metric, sides in res.items():
+        a, b = sides["corral"], sides["slurm"]
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"{metric:38} {ma:10.1f} ({min(a):.1f}-{max(a):.1f}){'':4} {mb:10.1f} ({min(b):.1f}-{max(b):.1f}){'':4} "
+              f"{ma / mb:8.2f}")
+    for label, a, b in (("controller RSS idle MB", mem_idle["corral"], mem_idle["slurm"]),
+                        (f"controller RSS after {args.memory_jobs} jobs MB", mem_after["corral"], mem_after["slurm"]),
+                        ("node daemon RSS idle MB", mem_idle["corral_agent"], mem_idle["slurm_node"]),
+                        (f"node daemon RSS after {args.memory_jobs} jobs MB", mem_after["corral_agent"],
+                         mem_after["slurm_node"])):
+        print(f"{label:38} {a / 1024:10.1f}{'':16} {b / 1024:10.1f}{'':16} {a / b:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
