@@ -11,37 +11,16 @@ submitted_at, both stamped by the coordinator.
 import argparse
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from localcluster import LocalCluster, parse_time, percentile  # noqa: E402
+from localcluster import LocalCluster, from_clients, parse_time, percentile  # noqa: E402
 
 SPEC = 'name: drain\ncommand: ["true"]\nresources:\n  gpus_per_node: 1\n'
 
 
 def one_run(c, jobs, clients):
-    ids = []
-    lock = threading.Lock()
-    left = [jobs]
-
-    def client():
-        while True:
-            with lock:
-                if left[0] == 0:
-                    return
-                left[0] -= 1
-            job = c.submit(SPEC)
-            with lock:
-                ids.append(job)
-
-    t0 = time.time()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    submitted = time.time() - t0
+    submitted, ids = from_clients(lambda: c.submit(SPEC), jobs, clients)
     # A wait is answered when its job ends: wait on the oldest live job until none is left.
     deadline = time.time() + 120
     while True:

@@ -237,6 +237,32 @@ class LocalCluster:
         self.close()
 
 
+def from_clients(submit_one, jobs, clients=8):
+    """Calls submit_one() `jobs` times from `clients` threads at once; returns the seconds
+    it took and what the calls returned."""
+    left = [jobs]
+    out = []
+    lock = threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                if left[0] == 0:
+                    return
+                left[0] -= 1
+            r = submit_one()
+            with lock:
+                out.append(r)
+
+    t = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t, out
+
+
 def parse_time(text):
     """RFC 3339 with milliseconds, UTC ("2026-12-02T10:00:00.123Z") -> seconds since the epoch."""
     import datetime

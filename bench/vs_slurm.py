@@ -30,11 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from localcluster import LocalCluster, ROOT  # noqa: E402
+from localcluster import LocalCluster, ROOT, from_clients  # noqa: E402
 
 SLURM_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 
@@ -142,25 +141,9 @@ def timed(argv, env):
     return wall, cpu
 
 
-def from_clients(argv, env, jobs, clients=8):
-    left = [jobs]
-    lock = threading.Lock()
-
-    def client():
-        while True:
-            with lock:
-                if left[0] == 0:
-                    return
-                left[0] -= 1
-            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-
-    t = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return time.perf_counter() - t
+def run_from_clients(argv, env, jobs, clients=8):
+    took, _ = from_clients(lambda: subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL), jobs, clients)
+    return took
 
 
 def wait_until(pred, timeout=600, step=0.05):
@@ -212,13 +195,13 @@ def main():
                 wait_until(slurm.queue_empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
                                                ("slurm", sbatch, senv, slurm.queue_empty)):
-                    took = from_clients(argv, env, args.rate_jobs)
+                    took = run_from_clients(argv, env, args.rate_jobs)
                     add("8-client submits/s", side, args.rate_jobs / took)
                     wait_until(empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
                                                ("slurm", sbatch, senv, slurm.queue_empty)):
                     t = time.perf_counter()
-                    from_clients(argv, env, args.drain_jobs)
+                    run_from_clients(argv, env, args.drain_jobs)
                     wait_until(empty)
                     add(f"{args.drain_jobs}-job drain s", side, time.perf_counter() - t)
                 # 2 x 2: every rank writes when it started.
@@ -244,8 +227,8 @@ def main():
                 wait_until(slurm.queue_empty)
                 loads.append(os.getloadavg()[0])
             # Memory after many jobs have run through each.
-            from_clients(corral_submit, cenv, args.memory_jobs)
-            from_clients(sbatch, senv, args.memory_jobs)
+            run_from_clients(corral_submit, cenv, args.memory_jobs)
+            run_from_clients(sbatch, senv, args.memory_jobs)
             wait_until(corral_empty, 1800, 0.5)
             wait_until(slurm.queue_empty, 1800, 0.5)
             mem_after = {"corral": rss_kb(c.procs[0].pid), "slurm": rss_kb(slurm.pid("slurmctld")),
