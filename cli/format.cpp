@@ -175,11 +175,7 @@ std::string format_queue(const std::vector<JobInfo>& jobs, TimePoint now) {
     std::string id = job_ref(job);
     if (job.array_job && job.state == "PENDING") {
       if (!shown.insert(*job.array_job).second) continue;
-      const auto& indices = pending_of.at(*job.array_job);
-      if (indices.size() > 1 || job.array_max_running > 0) {
-        id = std::to_string(*job.array_job) + "_[" + model::format_indices(indices) +
-             (job.array_max_running > 0 ? "%" + std::to_string(job.array_max_running) : "") + "]";
-      }
+      id = model::pending_array_ref(*job.array_job, pending_of.at(*job.array_job), job.array_max_running);
     }
     t.add({id, cell(job.name), cell(job.user), cell(job.state), cell(job.reason), nodes_cell(job),
            std::to_string(job.gpus), format_elapsed(job_run_time(job, now)), format_time_limit(job.time_limit_s)});

@@ -19,6 +19,7 @@ CORRAL_TEST_PACKAGES=(
   gdb          # corral stack's native stacks, run for real by its tests
   slurmctld slurmd slurm-client munge  # corral export --slurm, run by a private Slurm in the tests
   prometheus   # promtool check metrics, on the coordinator's /metrics
+  chromium chromium-driver python3-selenium  # the status page, driven in a real browser
 )
 # scripts/fuzz.sh installs clang-16 and libclang-rt-16-dev for the fuzz targets.
 

@@ -66,4 +66,10 @@ std::string format_indices(const std::vector<int>& indices) {
   return out;
 }
 
+std::string pending_array_ref(std::int64_t array, const std::vector<int>& indices, int max_running) {
+  std::string ref = std::to_string(array) + "_";
+  if (indices.size() == 1 && max_running <= 0) return ref + std::to_string(indices.front());
+  return ref + "[" + format_indices(indices) + (max_running > 0 ? "%" + std::to_string(max_running) : "") + "]";
+}
+
 }  // namespace corral::model

@@ -2,6 +2,7 @@
 // Job arrays in Slurm's syntax: "0-99%8", "1,3,5", "0-30:10", each item a number, a
 // range, or a range with a step, and "%N" for the most elements running at once.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,5 +25,8 @@ struct ArraySpec {
 Result<ArraySpec> parse_array(std::string_view text);
 // The indices as Slurm prints them: {3, 4, 5, 7} -> "3-5,7".
 std::string format_indices(const std::vector<int>& indices);
+// How squeue names an array's pending elements on one line: "42_[3-5,7%8]"; a single
+// element without a limit is plainly "42_3". `indices` ascending, not empty.
+std::string pending_array_ref(std::int64_t array, const std::vector<int>& indices, int max_running);
 
 }  // namespace corral::model

@@ -2,7 +2,9 @@
 // Plain HTTP request/response values handed between common/net and the application.
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,11 +34,27 @@ struct HttpRequest {
   }
 };
 
+// The body of a streamed answer (server-sent events), written piece by piece as things
+// happen. Lives on the loop thread; safe to keep after it closed (sends are dropped).
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // Queues bytes of the body. The stream is closed when its queue passes the limit (a
+  // reader that does not read must not grow the daemon's memory).
+  virtual void send(std::string text) = 0;
+  virtual void close() = 0;
+  // False once either side closed it.
+  virtual bool open() const = 0;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set: the answer is a stream. The head goes out (no length; the body ends when the
+  // connection does), `body` first, then `stream` is called with the stream to write to.
+  std::function<void(std::shared_ptr<EventStream>)> stream = nullptr;
 };
 
 // Splits "/a/b?x=1&y=%20" into a decoded path and query map. False on bad escapes.

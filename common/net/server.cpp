@@ -59,6 +59,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::size_t live = 0;         // every session, HTTP and WebSocket
   std::size_t http_live = 0;    // counted HTTP sessions
   std::size_t agents_live = 0;  // WebSocket sessions
+  std::size_t streams_live = 0;  // streamed answers
   std::unordered_map<std::string, std::size_t> per_address;
   // HTTP sessions waiting for their peer, longest first: the ones closed for a newcomer.
   std::list<std::weak_ptr<Slot>> waiting;
@@ -263,6 +264,93 @@ class WsSession final : public WsConnection, public Closable, public std::enable
   bool finished_ = false;
 };
 
+// ---------------------------------------------------------------- streamed answers
+
+// A response whose body is written as events happen (text/event-stream). The connection
+// carries nothing else: no length, `Connection: close`, and whatever the client sends is
+// taken as its leaving. A write must finish within io_timeout.
+class StreamSession final : public EventStream, public Closable, public std::enable_shared_from_this<StreamSession> {
+ public:
+  StreamSession(std::shared_ptr<Server::Impl> server, TlsStream&& stream)
+      : server_(std::move(server)), stream_(std::move(stream)) {
+    ++server_->live;
+    ++server_->streams_live;
+  }
+  ~StreamSession() override { uncount(); }
+
+  void run(const HttpResponse& res, unsigned version, const std::function<void(std::shared_ptr<EventStream>)>& opened) {
+    std::string head = version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+    head += std::to_string(res.status) + (res.status == 200 ? " OK" : " Answer");
+    head += "\r\nServer: corral\r\nContent-Type: " + res.content_type + "\r\nConnection: close\r\n";
+    for (const auto& [name, value] : res.headers) head += name + ": " + value + "\r\n";
+    head += "\r\n";
+    open_ = true;
+    // The read that watches for the client's leaving has no deadline; the request's read
+    // left one on the stream, and a pending read keeps the expiry it started with. Writes
+    // set their own (a pending read leaves the read timer alone).
+    beast::get_lowest_layer(stream_).expires_never();
+    watch();
+    send(std::move(head) + res.body);
+    opened(shared_from_this());
+  }
+
+  void send(std::string text) override {
+    if (!open_ || text.empty()) return;
+    queued_bytes_ += text.size();
+    if (queued_bytes_ > server_->options.max_stream_queue_bytes) return close();
+    queue_.push_back(std::move(text));
+    if (queue_.size() == 1) write();
+  }
+
+  void close() override { force_close(); }
+  bool open() const override { return open_; }
+
+  // Closed, it stops counting at once: whoever sends to it may hold it until its next
+  // send, and must not keep a newcomer out meanwhile.
+  void force_close() override {
+    open_ = false;
+    queue_.clear();
+    boost::system::error_code ec;
+    beast::get_lowest_layer(stream_).socket().close(ec);
+    uncount();
+  }
+
+ private:
+  // The client says nothing on an event stream; a read that ends, in data, EOF or an
+  // error, means it left.
+  void watch() {
+    auto self = shared_from_this();
+    stream_.async_read_some(asio::buffer(scratch_), [self](beast::error_code, std::size_t) { self->force_close(); });
+  }
+
+  void write() {
+    beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
+    auto self = shared_from_this();
+    asio::async_write(stream_, asio::buffer(queue_.front()), [self](beast::error_code ec, std::size_t) {
+      if (ec || !self->open_) return self->force_close();
+      self->queued_bytes_ -= self->queue_.front().size();
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) return self->write();
+      beast::get_lowest_layer(self->stream_).expires_never();
+    });
+  }
+
+  void uncount() {
+    if (!counted_) return;
+    counted_ = false;
+    --server_->live;
+    --server_->streams_live;
+  }
+
+  std::shared_ptr<Server::Impl> server_;
+  TlsStream stream_;
+  bool counted_ = true;
+  std::array<char, 256> scratch_{};
+  std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;
+  bool open_ = false;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- HTTP
@@ -395,6 +483,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
   }
 
   void write(HttpResponse res, unsigned version) {
+    if (res.stream) return start_stream(std::move(res), version);
     auto msg = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(res.status), version);
     msg->set(http::field::server, "corral");
     msg->set(http::field::content_type, res.content_type);
@@ -412,6 +501,18 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
       if (!self->keep_alive_) return self->shutdown();
       self->read();
     });
+  }
+
+  // The connection becomes the stream's, counted apart from HTTP connections.
+  void start_stream(HttpResponse res, unsigned version) {
+    if (server_->streams_live >= server_->options.max_streams) {
+      keep_alive_ = false;
+      return write({503, "application/json", json_error("too many event streams"), {}}, version);
+    }
+    server_->release(*this);
+    auto stream = std::make_shared<StreamSession>(server_, std::move(*stream_));
+    server_->track(stream);
+    stream->run(res, version, res.stream);
   }
 
   // After refusing a request whose body was not read, reads and drops what the client

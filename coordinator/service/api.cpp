@@ -135,11 +135,17 @@ Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& re
 
 void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
   ++stats_.http_requests;
-  if (request.method == "GET" && (request.path == "/" || request.path == "/metrics")) {
-    if (!config_.public_status) {
-      if (auto caller = authenticate(request); !caller) return respond(error_response(401, caller.error().message()));
+  if (request.method == "GET") {
+    // The page holds no data: it loads without a token, and asks for one where needed.
+    if (request.path == "/" || request.path == "/status.js") return respond(status_page(request.path));
+    if (request.path == "/metrics" || request.path == "/v1/status" || request.path == "/v1/status/events") {
+      if (!config_.public_status) {
+        if (auto caller = authenticate(request); !caller) return respond(error_response(401, caller.error().message()));
+      }
+      if (request.path == "/metrics") return respond(metrics());
+      if (request.path == "/v1/status") return respond(status(request));
+      return respond(status_events());
     }
-    return respond(request.path == "/" ? status_page() : metrics());
   }
   if (request.path.rfind("/v1/", 0) != 0) return respond(error_response(404, "no such endpoint: " + request.path));
   auto caller = authenticate(request);
@@ -170,7 +176,7 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     if (!id) return respond(error_response(id.error().code() == ErrorCode::NotFound ? 404 : 400, id.error().message()));
     if (parts.size() == 3 && m == "GET") {
       if (request.query.contains("wait")) return wait_job(*id, request, std::move(respond));
-      return respond(show_job(*id));
+      return respond(show_job(*id, &caller));
     }
     if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return after_commit(cancel_job(*id, caller), std::move(respond));
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
@@ -268,6 +274,7 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
     respond(json_response(201, Json{{"id", id}, {"ids", ids}}));
   });
+  status_changed(0);
   // A dependency that can never be met has cancelled the job already: that comes after.
   flush_effects();
   // Every other change asks for its own pass; a job with no room for it now changes
@@ -494,15 +501,22 @@ void Coordinator::answer_job_waits(model::JobId id) {
   job_waits_.erase(first, last);
 }
 
-net::HttpResponse Coordinator::show_job(model::JobId id) {
+net::HttpResponse Coordinator::show_job(model::JobId id, const Caller* caller) {
   auto events = store_.events(id);
   if (!events) return error_response(503, events.error().message());
-  if (const Job* j = ledger_.any_job(id)) return json_response(200, job_json(view_of(j->record, &j->spec, ledger_.scheduler().job(id)), &*events));
+  // The spec may carry what its owner would not show everyone (environment values).
+  auto with_spec = [&](Json j, const store::JobRecord& rec) {
+    if (caller != nullptr && !refuse_other_users_job(rec, *caller)) j["spec"] = rec.spec_yaml;
+    return json_response(200, j);
+  };
+  if (const Job* j = ledger_.any_job(id)) {
+    return with_spec(job_json(view_of(j->record, &j->spec, ledger_.scheduler().job(id)), &*events), j->record);
+  }
   auto rec = store_.job(id);
   if (!rec) return error_response(503, rec.error().message());
   if (!*rec) return error_response(404, "no job " + std::to_string(id));
   auto spec = model::parse_job_spec((*rec)->spec_yaml, "job");
-  return json_response(200, job_json(view_of(**rec, spec ? &*spec : nullptr, nullptr), &*events));
+  return with_spec(job_json(view_of(**rec, spec ? &*spec : nullptr, nullptr), &*events), **rec);
 }
 
 Result<const Coordinator::Job*> Coordinator::cancel_one(model::JobId id, const Caller& caller) {
@@ -919,44 +933,6 @@ net::HttpResponse Coordinator::metrics() {
   family("corral_http_requests_total", "counter", "HTTP requests received.");
   line("corral_http_requests_total", "", static_cast<double>(stats_.http_requests));
   return {200, "text/plain; version=0.0.4", out, {}};
-}
-
-net::HttpResponse Coordinator::status_page() {
-  std::string html =
-      "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">"
-      "<title>corral</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
-      "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}.down{color:#b00}.drained{color:#a60}"
-      "</style></head><body><h1>corral</h1>";
-  html += "<h2>Nodes</h2><table><tr><th>node</th><th>state</th><th>reason</th><th>address</th><th>GPUs</th><th>in use</th></tr>";
-  for (const auto* n : ledger_.scheduler().nodes()) {
-    int held = 0;
-    for (const auto& g : n->gpus) held += ledger_.scheduler().gpu_holder(n->name, g.index).has_value();
-    std::string product = n->gpus.empty() ? "" : n->gpus.front().cls.product;
-    html += "<tr><td>" + html_escape(n->name) + (n->simulated ? " (simulated)" : "") + "</td><td class=\"" +
-            std::string(model::to_string(n->state)) + "\">" + std::string(model::to_string(n->state)) + "</td><td>" +
-            html_escape(n->reason) + "</td><td>" + html_escape(n->address) + "</td><td>" + std::to_string(n->gpus.size()) +
-            " × " + html_escape(product) + "</td><td>" + std::to_string(held) + "</td></tr>";
-  }
-  html += "</table><h2>Queue</h2><table><tr><th>id</th><th>name</th><th>user</th><th>state</th><th>reason</th><th>GPUs</th><th>nodes</th></tr>";
-  std::vector<const Job*> live;
-  for (const auto& [id, job] : ledger_.live_jobs()) live.push_back(&job);
-  std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) { return a->record.id < b->record.id; });
-  for (const Job* j : live) {
-    const auto* sj = ledger_.scheduler().job(j->record.id);
-    std::string reason = sj && j->record.state == JobState::Pending
-                             ? std::string(sched::to_string(sj->reason.code)) + ": " + sj->reason.detail
-                             : j->record.reason;
-    std::string nodes;
-    if (j->record.allocation) {
-      for (const auto& na : j->record.allocation->nodes) nodes += (nodes.empty() ? "" : ",") + na.node;
-    }
-    html += "<tr><td>" + std::to_string(j->record.id) + "</td><td>" + html_escape(j->record.name) + "</td><td>" +
-            html_escape(j->record.user) + "</td><td>" + std::string(model::to_string(j->record.state)) + "</td><td>" +
-            html_escape(reason) + "</td><td>" + std::to_string(model::total_gpus(j->spec)) + "</td><td>" +
-            html_escape(nodes) + "</td></tr>";
-  }
-  html += "</table></body></html>";
-  return {200, "text/html; charset=utf-8", html, {}};
 }
 
 }  // namespace corral::service

@@ -53,12 +53,17 @@ ledger::Ledger::EndedLookup Coordinator::ended_lookup() {
 
 void Coordinator::shutdown() {
   if (tick_timer_) tick_timer_->cancel();
+  if (status_timer_) status_timer_->cancel();
+  for (const auto& s : status_streams_) s->close();
+  status_streams_.clear();
   if (pass_timer_) pass_timer_->cancel();
   committer_.flush();
 }
 
 void Coordinator::flush_effects() {
   ledger::Effects e = ledger_.take();
+  const bool changed = !e.changes.empty() || !e.messages.empty() || !e.close.empty();
+  const std::size_t ended = e.ended.size();
   for (auto& change : e.changes) committer_.enqueue(std::move(change));
   if (!e.messages.empty() || !e.ended.empty()) {
     committer_.then([this, messages = std::move(e.messages), ended = std::move(e.ended)] {
@@ -71,6 +76,7 @@ void Coordinator::flush_effects() {
     if (it != conns_.end()) it->second->close(why);
   }
   if (e.pass_wanted) request_pass();
+  if (changed) status_changed(ended);
 }
 
 void Coordinator::request_pass() {
@@ -135,6 +141,10 @@ void Coordinator::tick() {
     } else {
       ++it;
     }
+  }
+  if (now - last_status_ping_ >= kStatusPing) {
+    last_status_ping_ = now;
+    broadcast_status(": ping\n\n");
   }
   if (now - last_periodic_pass_ >= config_.schedule_interval) {
     last_periodic_pass_ = now;

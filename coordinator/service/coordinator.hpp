@@ -119,7 +119,8 @@ class Coordinator final : public net::ServerHandler {
   void after_commit(net::HttpResponse response, Respond respond);
   // GET /v1/jobs[?all=1][&user=a,b][&state=S,...][&me=1]
   net::HttpResponse list_jobs(const net::HttpRequest& request, const Caller& caller);
-  net::HttpResponse show_job(model::JobId id);
+  // With a caller who owns the job (or an admin), its spec's text too.
+  net::HttpResponse show_job(model::JobId id, const Caller* caller = nullptr);
   struct TimeRange {
     TimePoint since{};
     std::optional<TimePoint> until;
@@ -151,7 +152,21 @@ class Coordinator final : public net::ServerHandler {
   // An admin says the node's unconfirmed ranks are dead (the node will not come back).
   net::HttpResponse clear_node(const std::string& name, const Caller& caller);
   net::HttpResponse metrics();
-  net::HttpResponse status_page();
+
+  // ---- the status page (status.cpp)
+  // "/" and "/status.js": the page itself, public (it holds no data).
+  net::HttpResponse status_page(std::string_view path);
+  // GET /v1/status[?offset=N&limit=N]: the strip, the grid and a page of the queue.
+  net::HttpResponse status(const net::HttpRequest& request);
+  // GET /v1/status/events: an event each time the status changed (coalesced), and a
+  // comment line every kStatusPing so both ends see a dead link.
+  net::HttpResponse status_events();
+  std::string status_event() const;
+  // Something on the page may have changed; `ended` jobs ended.
+  void status_changed(std::size_t ended);
+  void broadcast_status(const std::string& text);
+  static constexpr Duration kStatusEventGap = std::chrono::milliseconds(250);
+  static constexpr Duration kStatusPing = std::chrono::seconds(15);
 
   net::EventLoop& loop_;
   const Clock& clock_;
@@ -186,6 +201,13 @@ class Coordinator final : public net::ServerHandler {
   std::chrono::steady_clock::time_point last_pass_end_{};
   std::chrono::steady_clock::duration last_pass_took_{};
   CoordinatorStats stats_;
+  // The status page's live feed: a change counter, jobs ended so far, the open streams.
+  std::uint64_t status_seq_ = 0;
+  std::uint64_t status_ended_ = 0;
+  std::vector<std::shared_ptr<net::EventStream>> status_streams_;
+  std::unique_ptr<net::Timer> status_timer_;
+  bool status_post_armed_ = false;
+  TimePoint last_status_ping_{};
 };
 
 }  // namespace corral::service

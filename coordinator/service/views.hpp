@@ -1,5 +1,5 @@
 #pragma once
-// JSON and HTML renderings of jobs and nodes for the API and the status page. Include
+// JSON renderings of jobs and nodes for the API. Include
 // only from .cpp files (brings nlohmann/json).
 
 #include <nlohmann/json.hpp>
@@ -43,7 +43,5 @@ struct NodeView {
   std::vector<std::optional<model::JobId>> holders;  // per GPU, in node.gpus order
 };
 Json node_json(const NodeView& view);
-
-std::string html_escape(const std::string& text);
 
 }  // namespace corral::service

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/raw_tls.hpp"
 #include "tests/support/scripted_agent.hpp"
 
 namespace corral {
@@ -533,6 +534,142 @@ TEST_F(CoordinatorTest, AJobNoNodeCouldRunIsRefusedAtSubmit) {
   EXPECT_EQ(d["detail"], "no homogeneous set of 2 GPUs: largest free set is 2 × NVIDIA A100-SXM4-80GB on gpu-a, gpu-b")
       << d.dump();
   EXPECT_EQ(Json::parse(call("GET", "/v1/jobs?all=1").body).size(), 1u);  // a dry run stores nothing
+}
+
+// ---------------------------------------------------------------- the status page
+
+TEST_F(CoordinatorTest, TheStatusPageAndItsDataAreServedWithoutATokenByDefault) {
+  auto page = http_->request("GET", "/");
+  ASSERT_TRUE(page.has_value());
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page->body.find("<script src=\"/status.js\""), std::string::npos);
+  auto csp = std::find_if(page->headers.begin(), page->headers.end(),
+                          [](const auto& h) { return h.first == "Content-Security-Policy"; });
+  ASSERT_NE(csp, page->headers.end());
+  EXPECT_NE(csp->second.find("script-src 'self'"), std::string::npos);
+  auto script = http_->request("GET", "/status.js");
+  ASSERT_TRUE(script.has_value());
+  EXPECT_EQ(script->status, 200);
+  EXPECT_NE(script->body.find("/v1/status/events"), std::string::npos);
+
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+  model::JobId first = 0;
+  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, first));
+  ASSERT_TRUE(reaches(first, "RUNNING"));
+  std::vector<model::JobId> waiting;
+  for (int i = 0; i < 3; ++i) waiting.push_back(submit(kTwoNodeJob));
+  ASSERT_TRUE(call("POST", "/v1/nodes/gpu-b/drain", R"({"reason":"fan replacement"})").status == 200);
+
+  auto r = http_->request("GET", "/v1/status");  // no token
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json st = Json::parse(r->body);
+  EXPECT_EQ(st["public"], true);
+  ASSERT_EQ(st["classes"].size(), 1u);
+  EXPECT_EQ(st["classes"][0]["product"], "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(st["classes"][0]["total"], 4);
+  EXPECT_EQ(st["classes"][0]["allocated"], 4);
+  EXPECT_EQ(st["classes"][0]["free"], 0);
+  EXPECT_EQ(st["nodes_by_state"]["drained"], 1) << st["nodes_by_state"].dump();
+  ASSERT_EQ(st["nodes"].size(), 2u);
+  EXPECT_EQ(st["nodes"][1]["name"], "gpu-b");
+  EXPECT_EQ(st["nodes"][1]["reason"], "fan replacement");
+  EXPECT_EQ(st["nodes"][1]["gpus"][0]["job"], first);
+  EXPECT_EQ(st["holders"][std::to_string(first)]["name"], "ddp");
+  EXPECT_EQ(st["holders"][std::to_string(first)]["user"], "tester");
+  // Running first, then pending in order.
+  EXPECT_EQ(st["queue"]["total"], 4);
+  ASSERT_EQ(st["queue"]["rows"].size(), 4u);
+  EXPECT_EQ(st["queue"]["rows"][0]["id"], first);
+  EXPECT_EQ(st["queue"]["rows"][0]["state"], "RUNNING");
+  EXPECT_EQ(st["queue"]["rows"][1]["id"], waiting[0]);
+  EXPECT_EQ(st["queue"]["rows"][1]["state"], "PENDING");
+  EXPECT_FALSE(st["queue"]["rows"][1]["reason"].get<std::string>().empty());
+
+  // Paged: rows 2 and 3 of 4.
+  Json paged = Json::parse(http_->request("GET", "/v1/status?offset=2&limit=2")->body);
+  EXPECT_EQ(paged["queue"]["total"], 4);
+  ASSERT_EQ(paged["queue"]["rows"].size(), 2u);
+  EXPECT_EQ(paged["queue"]["rows"][0]["id"], waiting[1]);
+  EXPECT_EQ(paged["queue"]["rows"][1]["id"], waiting[2]);
+  EXPECT_EQ(Json::parse(http_->request("GET", "/v1/status?offset=9")->body)["queue"]["rows"].size(), 0u);
+  for (const auto& [query, field] : std::vector<std::pair<std::string, std::string>>{
+           {"limit=0", "limit"}, {"limit=1001", "limit"}, {"limit=x", "limit"}, {"offset=-1", "offset"}}) {
+    auto bad = http_->request("GET", "/v1/status?" + query);
+    ASSERT_TRUE(bad.has_value());
+    EXPECT_EQ(bad->status, 400) << query;
+    EXPECT_TRUE(Json::parse(bad->body)["error"].get<std::string>().starts_with(field + ":")) << bad->body;
+  }
+}
+
+TEST_F(CoordinatorTest, TheLiveFeedSaysWhenTheClusterChanged) {
+  testing::RawTls feed(coord_.port());
+  ASSERT_TRUE(feed.ok());
+  ASSERT_TRUE(feed.write("GET /v1/status/events HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(feed.read_until("retry: 2000\n\n", 5s)) << feed.received();
+  ASSERT_TRUE(feed.read_until("event: change\ndata: {\"ended\":0,\"seq\":", 5s)) << feed.received();
+  EXPECT_NE(feed.received().find("Content-Type: text/event-stream"), std::string::npos);
+  std::size_t seen = feed.received().size();
+  // A job's submission changes the queue: one event follows, with a later number.
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ASSERT_TRUE(a.connect());
+  ASSERT_TRUE(feed.read_until("event: change\n", 5s, seen)) << "no event for an agent joining";
+  seen = feed.received().size();
+  submit("name: one\ncommand: true\nresources: {gpus_per_node: 2}\n");
+  ASSERT_TRUE(feed.read_until("event: change\n", 5s, seen)) << "no event for a submit";
+  ASSERT_TRUE(a.expect<protocol::Prepare>().has_value());
+  // One that must wait (no pass runs for it) is a change too.
+  seen = feed.received().size();
+  model::JobId id = submit("name: two\ncommand: true\nresources: {gpus_per_node: 2}\n");
+  ASSERT_TRUE(feed.read_until("event: change\n", 5s, seen)) << "no event for a job that waits";
+  ASSERT_TRUE(reaches(id, "PENDING"));
+  // Cancelling the waiting one ends it: the event counts the ended job.
+  seen = feed.received().size();
+  ASSERT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
+  ASSERT_TRUE(feed.read_until("\"ended\":1,", 10s, seen)) << feed.received().substr(seen);
+  EXPECT_FALSE(feed.ended());
+}
+
+TEST_F(CoordinatorTest, APrivateStatusPageAsksForATokenForItsDataButServesItsPage) {
+  testing::TempDir dir;
+  CoordinatorProcess priv(dir, "public_status: false\n");
+  ASSERT_TRUE(priv.init_ok());
+  ASSERT_TRUE(priv.start());
+  auto http = priv.client();
+  EXPECT_EQ(http->request("GET", "/")->status, 200);
+  EXPECT_EQ(http->request("GET", "/status.js")->status, 200);
+  for (const char* path : {"/v1/status", "/v1/status/events", "/metrics"}) {
+    auto r = http->request("GET", path);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 401) << path;
+  }
+  auto with = http->request("GET", "/v1/status", "", {{"Authorization", "Bearer " + priv.token()}});
+  ASSERT_TRUE(with.has_value());
+  EXPECT_EQ(with->status, 200);
+  EXPECT_EQ(Json::parse(with->body)["public"], false);
+  testing::RawTls feed(priv.port());
+  ASSERT_TRUE(feed.write("GET /v1/status/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + priv.token() +
+                         "\r\n\r\n"));
+  EXPECT_TRUE(feed.read_until("event: change\n", 5s)) << feed.received();
+}
+
+TEST_F(CoordinatorTest, AJobsSpecIsShownToItsOwnerAndAdminsOnly) {
+  ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ASSERT_TRUE(a.connect());
+  std::string bob = coord_.add_user("bob");
+  std::string carol = coord_.add_user("carol");
+  const std::string spec = "name: bobs\ncommand: [python3, train.py]\nenv: {SECRET_DIR: /data/bob}\nresources: {gpus_per_node: 1}\n";
+  model::JobId id = submit(spec, bob);
+  auto as = [&](const std::string& token) {
+    return Json::parse(call("GET", "/v1/jobs/" + std::to_string(id), "", token).body);
+  };
+  EXPECT_EQ(as(bob)["spec"], spec);
+  EXPECT_EQ(as(coord_.token())["spec"], spec);  // an admin
+  Json other = as(carol);
+  EXPECT_EQ(other["name"], "bobs");
+  EXPECT_FALSE(other.contains("spec")) << other.dump();
 }
 
 }  // namespace

@@ -655,6 +655,10 @@ TEST(JobArray, SlurmsSyntaxRangesListsStepsAndTheLimit) {
   EXPECT_EQ(a->indices, (std::vector<int>{0, 1, 2, 3, 7, 10, 20, 30}));  // sorted, once each
   EXPECT_EQ(a->max_running, 0);
   EXPECT_EQ(format_indices(a->indices), "0-3,7,10,20,30");
+  EXPECT_EQ(pending_array_ref(42, a->indices, 0), "42_[0-3,7,10,20,30]");
+  EXPECT_EQ(pending_array_ref(42, {3, 4, 5}, 8), "42_[3-5%8]");
+  EXPECT_EQ(pending_array_ref(42, {7}, 8), "42_[7%8]");
+  EXPECT_EQ(pending_array_ref(42, {7}, 0), "42_7");
   for (const char* bad : {"", "%4", "1-", "a", "1-5%0", "1-5:0", "-3", "0-1000001", "0-20000"}) {
     EXPECT_FALSE(parse_array(bad).has_value()) << bad;
   }

@@ -19,6 +19,7 @@
 #include "common/net/server.hpp"
 #include "common/net/ws_client.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/raw_tls.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace corral::net {
@@ -31,6 +32,11 @@ class EchoHandler : public ServerHandler {
   void on_http(const HttpRequest& req, std::function<void(HttpResponse)> respond) override {
     last = req;
     if (req.path == "/denied") return respond({401, "application/json", "{}", {}});
+    if (req.path == "/events") {
+      HttpResponse res{200, "text/event-stream", "retry: 1000\n\n", {}};
+      res.stream = [this](std::shared_ptr<EventStream> s) { streams.push_back(std::move(s)); };
+      return respond(std::move(res));
+    }
     if (req.path == "/later") {
       // Answer from a later turn of the loop, as group commit does.
       pending.push_back(std::move(respond));
@@ -50,6 +56,7 @@ class EchoHandler : public ServerHandler {
   void on_ws_close(const std::shared_ptr<WsConnection>&) override { ++closed; }
 
   HttpRequest last;
+  std::vector<std::shared_ptr<EventStream>> streams;  // opened event streams, on the loop
   std::vector<std::function<void(HttpResponse)>> pending;
   std::promise<void> pending_arrived;
   std::vector<std::string> opened;
@@ -408,6 +415,108 @@ TEST_F(NetLimitsTest, AConnectionBeingAnsweredIsNeverClosedForANewcomer) {
     EXPECT_EQ(r->status, 200);
   }
   EXPECT_GE(server_->refused(), 1u);
+}
+
+// ---------------------------------------------------------------- event streams
+
+class NetStreamTest : public NetTest {
+ protected:
+  void configure(ServerOptions& opts) override {
+    opts.io_timeout = 300ms;
+    opts.max_streams = 2;
+    opts.max_stream_queue_bytes = 64 * 1024;
+  }
+
+  // Runs `f` on the server's loop and waits for it.
+  template <typename F>
+  auto on_loop(F f) {
+    std::promise<decltype(f())> done;
+    loop_.post([&] {
+      if constexpr (std::is_void_v<decltype(f())>) {
+        f();
+        done.set_value();
+      } else {
+        done.set_value(f());
+      }
+    });
+    return done.get_future().get();
+  }
+  std::size_t open_streams() {
+    return on_loop([this] {
+      std::size_t n = 0;
+      for (const auto& s : handler_.streams) n += s->open() ? 1 : 0;
+      return n;
+    });
+  }
+  void send_all(const std::string& event) {
+    on_loop([&] {
+      for (const auto& s : handler_.streams) s->send(event);
+    });
+  }
+  static constexpr const char* kRequest = "GET /events HTTP/1.1\r\nHost: x\r\n\r\n";
+};
+
+TEST_F(NetStreamTest, AStreamCarriesEachEventAndOutlivesTheIoTimeout) {
+  testing::RawTls c(server_->port());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.write(kRequest));
+  ASSERT_TRUE(c.read_until("retry: 1000\n\n", 5s)) << c.received();
+  EXPECT_NE(c.received().find("HTTP/1.1 200 OK\r\n"), std::string::npos);
+  EXPECT_NE(c.received().find("Content-Type: text/event-stream\r\n"), std::string::npos);
+  EXPECT_NE(c.received().find("Connection: close\r\n"), std::string::npos);
+  EXPECT_EQ(c.received().find("Content-Length"), std::string::npos);
+  // Three io_timeouts of silence: a stream waits for events, not for the client.
+  EXPECT_FALSE(c.closed_within(1s)) << "the idle stream was closed";
+  send_all("data: one\n\n");
+  ASSERT_TRUE(c.read_until("data: one\n\n", 5s));
+  EXPECT_FALSE(c.closed_within(1s)) << "the stream was closed after a write";
+  send_all("data: two\n\n");
+  ASSERT_TRUE(c.read_until("data: two\n\n", 5s));
+  on_loop([this] { handler_.streams.front()->close(); });
+  EXPECT_TRUE(c.closed_within(5s));
+}
+
+TEST_F(NetStreamTest, AnythingTheClientSendsEndsItsStream) {
+  testing::RawTls c(server_->port());
+  ASSERT_TRUE(c.write(kRequest));
+  ASSERT_TRUE(c.read_until("retry", 5s));
+  ASSERT_EQ(open_streams(), 1u);
+  ASSERT_TRUE(c.write("GET / HTTP/1.1\r\n\r\n"));
+  EXPECT_TRUE(c.closed_within(5s));
+  EXPECT_TRUE(testing::eventually([&] { return open_streams() == 0; }, 5s));
+}
+
+TEST_F(NetStreamTest, PastTheStreamLimitA503AndAClosedOneFreesItsPlace) {
+  auto a = std::make_unique<testing::RawTls>(server_->port());
+  testing::RawTls b(server_->port());
+  ASSERT_TRUE(a->write(kRequest) && b.write(kRequest));
+  ASSERT_TRUE(a->read_until("retry", 5s) && b.read_until("retry", 5s));
+  auto third = client({dir_.file("ca.pem"), "", ""})->request("GET", "/events");
+  ASSERT_TRUE(third.has_value()) << third.error().message();
+  EXPECT_EQ(third->status, 503);
+  EXPECT_NE(third->body.find("too many event streams"), std::string::npos);
+  // Plain requests are not streams and still pass.
+  EXPECT_EQ(client({dir_.file("ca.pem"), "", ""})->request("GET", "/x")->status, 200);
+  a.reset();  // the client leaves
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        testing::RawTls d(server_->port());
+        return d.write(kRequest) && d.read_until("\r\n\r\n", 5s) && d.received().starts_with("HTTP/1.1 200 OK");
+      },
+      5s));
+}
+
+TEST_F(NetStreamTest, AClientThatStopsReadingIsClosedOnceItsQueueIsFull) {
+  testing::RawTls c(server_->port());
+  ASSERT_TRUE(c.write(kRequest));
+  ASSERT_TRUE(c.read_until("retry", 5s));
+  // 16 MiB at once, more than the socket buffers and the 64 KiB queue hold; the client
+  // reads none of it.
+  const std::string event = "data: " + std::string(1024, 'x') + "\n\n";
+  on_loop([&] {
+    for (int i = 0; i < 16 * 1024; ++i) handler_.streams.front()->send(event);
+  });
+  EXPECT_EQ(open_streams(), 0u);
 }
 
 }  // namespace
