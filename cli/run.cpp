@@ -72,8 +72,10 @@ class Runner {
       ctx_.err << "corral: no longer following job " << id_ << " (it is being cancelled)\n";
       return kExitInterrupted;
     }
+    // The press that brought us here is handled_interrupts_ + 1; any after it, even one
+    // that came before this line was printed, is the second.
+    const int seen = handled_interrupts_ + 1;
     ctx_.err << "corral: cancelling job " << id_ << "; Ctrl-C again within 1 s leaves it running\n";
-    const int seen = interrupts();
     for (Duration waited{}; waited < kSecondInterruptWindow; waited += kInterruptPoll) {
       ctx_.sleep(kInterruptPoll);
       if (interrupts() > seen) {
