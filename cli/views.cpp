@@ -198,16 +198,72 @@ NodeInfo read_node(const Json& j, const std::string& path, JsonReader& parent) {
   return n;
 }
 
+// The elements of a top-level JSON array, as text; nullopt when `text` is not one array.
+// Brackets and commas inside strings are skipped; each element's own syntax is checked
+// when it is parsed.
+std::optional<std::vector<std::string_view>> array_elements(std::string_view text) {
+  auto first = text.find_first_not_of(" \t\r\n");
+  auto last = text.find_last_not_of(" \t\r\n");
+  if (first == std::string_view::npos || text[first] != '[' || text[last] != ']') return std::nullopt;
+  std::vector<std::string_view> out;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  std::size_t start = first + 1;
+  for (std::size_t i = first + 1; i < last; ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      if (--depth < 0) return std::nullopt;
+    } else if (c == ',' && depth == 0) {
+      out.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (in_string || depth != 0) return std::nullopt;
+  std::string_view tail = text.substr(start, last - start);
+  if (tail.find_first_not_of(" \t\r\n") != std::string_view::npos) {
+    out.push_back(tail);
+  } else if (!out.empty()) {
+    return std::nullopt;  // "[1,]"
+  }
+  return out;
+}
+
+// A list is parsed one element at a time: each element's document is read and freed
+// before the next, so 10,000 jobs never stand in memory as one document (about ten times
+// the text's size in nodes, each page of it faulted in) and the allocator reuses one
+// element's memory for the next.
 template <typename T, typename ReadOne>
 Result<std::vector<T>> read_list(std::string_view json, ReadOne read_one) {
-  auto j = parse(json);
-  if (!j) return std::unexpected(j.error());
-  if (!j->is_array()) return std::unexpected(bad_answer("expected a list"));
-  JsonReader top(*j);
+  if (json.size() > kMaxAnswerBytes) return std::unexpected(bad_answer("answer larger than the limit"));
+  auto elements = array_elements(json);
+  if (!elements) {
+    auto j = parse(json);  // says what is wrong with it, or that it is not a list
+    if (!j) return std::unexpected(j.error());
+    return std::unexpected(bad_answer("expected a list"));
+  }
+  if (elements->size() > kMaxItems) return std::unexpected(bad_answer("more than " + std::to_string(kMaxItems) + " items"));
+  const Json none;
+  JsonReader top(none);
   std::vector<T> out;
-  for (std::size_t i = 0; i < j->size(); ++i)
-    out.push_back(read_one((*j)[i], "[" + std::to_string(i) + "]", top));
-  if (!top.ok()) return std::unexpected(bad_answer(top.error()));
+  out.reserve(elements->size());
+  for (std::size_t i = 0; i < elements->size(); ++i) {
+    auto j = protocol::parse_json((*elements)[i], kMaxAnswerBytes);
+    if (!j) return std::unexpected(bad_answer("[" + std::to_string(i) + "]: " + j.error().message()));
+    out.push_back(read_one(*j, "[" + std::to_string(i) + "]", top));
+    if (!top.ok()) return std::unexpected(bad_answer(top.error()));
+  }
   return out;
 }
 

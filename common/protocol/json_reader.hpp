@@ -18,6 +18,8 @@ namespace corral::protocol {
 using Json = nlohmann::json;
 
 // Parses without exceptions; InvalidArgument on malformed or oversized text.
+// Arrays and objects nest at most this deep in anything parse_json accepts.
+inline constexpr int kMaxJsonDepth = 32;
 Result<Json> parse_json(std::string_view text, std::size_t max_bytes);
 
 class JsonReader {

@@ -160,7 +160,7 @@ function renderQueue(s) {
   const first = q.total === 0 ? 0 : q.offset + 1, last = q.offset + q.rows.length;
   $('queue-pager').innerHTML =
     '<button id="queue-prev"' + (q.offset === 0 ? ' disabled' : '') + '>« previous</button>' +
-    '<span id="queue-range">rows ' + first + '–' + last + ' of ' + q.total.toLocaleString() + '</span>' +
+    '<span id="queue-range">' + (q.total === 0 ? 'no jobs' : 'rows ' + first + '–' + last + ' of ' + q.total.toLocaleString()) + '</span>' +
     '<button id="queue-next"' + (last >= q.total ? ' disabled' : '') + '>next »</button>';
   $('queue-prev').onclick = () => { page.offset = Math.max(0, page.offset - page.limit); refresh(); };
   $('queue-next').onclick = () => { page.offset += page.limit; refresh(); };

@@ -326,6 +326,25 @@ TEST(Views, NotJsonIsAnError) {
   EXPECT_FALSE(pretty_json("{").has_value());
 }
 
+TEST(Views, AListIsReadElementByElementWhateverItsStringsHold) {
+  // Commas, brackets, braces and escaped quotes inside strings are not structure.
+  auto jobs = parse_jobs(R"( [ {"id": 1, "name": "a,]}b", "detail": "say \"[x, {y}]\""} ,
+                               {"id": 2, "node_list": ["n1", "n2"], "rendezvous": {"ranks": 2, "waiting_for": []}} ] )");
+  ASSERT_TRUE(jobs.has_value()) << jobs.error().message();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].name, "a,]}b");
+  EXPECT_EQ((*jobs)[0].detail, "say \"[x, {y}]\"");
+  EXPECT_EQ((*jobs)[1].node_list, (std::vector<std::string>{"n1", "n2"}));
+  ASSERT_TRUE(parse_jobs(" [ ] ").has_value());
+  EXPECT_TRUE(parse_jobs(" [ ] ")->empty());
+  for (const char* bad : {"[{\"id\": 1},]", "[{\"id\": 1}", "[{\"id\": 1}}]", "[\"open]", "[,]", "[{\"id\": 1} {\"id\": 2}]"}) {
+    EXPECT_FALSE(parse_jobs(bad).has_value()) << bad;
+  }
+  auto second = parse_jobs(R"([{"id": 1}, {"id": ]])");
+  ASSERT_FALSE(second.has_value());
+  EXPECT_NE(second.error().message().find("[1]: malformed JSON"), std::string::npos) << second.error().message();
+}
+
 TEST(Views, PrettyJsonKeepsTheCoordinatorsKeyOrder) {
   auto p = pretty_json(R"({"id":42,"name":"x","attempt":0})");
   ASSERT_TRUE(p.has_value());

@@ -1,4 +1,5 @@
 #include "common/protocol/codec.hpp"
+#include "common/protocol/json_reader.hpp"
 
 #include <gtest/gtest.h>
 
@@ -137,6 +138,20 @@ TEST(Codec, RefusesDeepNestingAndOversizedMessages) {
   auto r = decode_agent_message(big);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message().find("the limit is"), std::string::npos);
+}
+
+TEST(Codec, JsonNestsAtMostThirtyTwoDeepAndBracketsInStringsDoNotCount) {
+  auto nested = [](int levels, const std::string& inner) {
+    return std::string(static_cast<std::size_t>(levels), '[') + inner + std::string(static_cast<std::size_t>(levels), ']');
+  };
+  EXPECT_TRUE(parse_json(nested(kMaxJsonDepth, "1"), 1 << 20).has_value());
+  auto deep = parse_json(nested(kMaxJsonDepth + 1, "1"), 1 << 20);
+  ASSERT_FALSE(deep.has_value());
+  EXPECT_EQ(deep.error().message(), "JSON nested deeper than 32 levels");
+  // Brackets and an escaped quote inside a string are text, not nesting.
+  auto text = parse_json(nested(kMaxJsonDepth, R"("[[[{{{\"[[[")"), 1 << 20);
+  ASSERT_TRUE(text.has_value());
+  EXPECT_FALSE(parse_json(R"({"a": [1, 2})", 1 << 20).has_value());  // malformed still fails
 }
 
 TEST(Codec, LogBytesThatAreNotUtf8SurviveAsReplacements) {
