@@ -105,7 +105,9 @@ class PrivateSlurm:
         deadline = time.time() + 30
         while self.sinfo_states() != {"idle"}:
             if time.time() > deadline:
-                raise RuntimeError(f"Slurm did not come up: {self.sinfo_states()}; see {d}")
+                states = self.sinfo_states()
+                self.close()  # nothing left running for the next try
+                raise RuntimeError(f"Slurm did not come up: {states}")
             time.sleep(0.2)
 
     def sinfo_states(self):

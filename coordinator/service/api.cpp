@@ -26,6 +26,23 @@ net::HttpResponse json_response(int status, const Json& body) {
   return {status, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}};
 }
 
+// A JSON array written one element at a time: a list of 10,000 jobs is never one
+// document in memory, and each element's nodes are reused for the next.
+class JsonArrayWriter {
+ public:
+  void add(const Json& element) {
+    text_ += text_.size() == 1 ? "" : ",";
+    text_ += element.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  net::HttpResponse response() && {
+    text_ += ']';
+    return {200, "application/json", std::move(text_), {}};
+  }
+
+ private:
+  std::string text_ = "[";
+};
+
 net::HttpResponse error_response(int status, const std::string& message) {
   return json_response(status, Json{{"error", message}});
 }
@@ -316,17 +333,17 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request, const 
   // Without all=1 only live jobs, unless the states asked for include ended ones.
   bool all = (!query("all").empty() && query("all") != "0") ||
              (!filter->states.empty() && !filter->live_only());
-  Json out = Json::array();
+  JsonArrayWriter out;
   auto add = [&](const store::JobRecord& rec, const model::JobSpec* spec) {
     if (!filter->matches(rec)) return;
-    out.push_back(job_json(view_of(rec, spec, ledger_.scheduler().job(rec.id)), nullptr));
+    out.add(job_json(view_of(rec, spec, ledger_.scheduler().job(rec.id)), nullptr));
   };
   if (!all) {
     std::vector<const Job*> live;
     for (const auto& [id, job] : ledger_.live_jobs()) live.push_back(&job);
     std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) { return a->record.id < b->record.id; });
     for (const Job* j : live) add(j->record, &j->spec);
-    return json_response(200, out);
+    return std::move(out).response();
   }
   store::JobQuery q;
   if (filter->users.size() == 1) q.user = *filter->users.begin();
@@ -341,7 +358,7 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request, const 
       add(rec, spec ? &*spec : nullptr);
     }
   }
-  return json_response(200, out);
+  return std::move(out).response();
 }
 
 namespace {
@@ -399,15 +416,15 @@ net::HttpResponse Coordinator::history(const net::HttpRequest& request) {
   q.states.assign(filter->states.begin(), filter->states.end());
   auto ended = store_.ended_jobs(q);
   if (!ended) return error_response(503, ended.error().message());
-  Json out = Json::array();
+  JsonArrayWriter out;
   for (const auto& rec : *ended) {
     JobView v;
     v.record = &rec;
     v.gpus = allocated_gpus(rec);
     v.nodes = rec.allocation ? static_cast<int>(rec.allocation->nodes.size()) : 0;
-    out.push_back(job_json(v, nullptr));
+    out.add(job_json(v, nullptr));
   }
-  return json_response(200, out);
+  return std::move(out).response();
 }
 
 net::HttpResponse Coordinator::usage(const net::HttpRequest& request) {
