@@ -205,33 +205,23 @@ std::optional<std::vector<std::string_view>> array_elements(std::string_view tex
   auto first = text.find_first_not_of(" \t\r\n");
   auto last = text.find_last_not_of(" \t\r\n");
   if (first == std::string_view::npos || text[first] != '[' || text[last] != ']') return std::nullopt;
+  std::string_view inside = text.substr(first + 1, last - first - 1);
   std::vector<std::string_view> out;
   int depth = 0;
-  bool in_string = false, escaped = false;
-  std::size_t start = first + 1;
-  for (std::size_t i = first + 1; i < last; ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+  std::size_t start = 0;
+  bool whole = protocol::scan_json_structure(inside, [&](std::size_t i, char c) {
+    if (c == '[' || c == '{') {
       ++depth;
     } else if (c == ']' || c == '}') {
-      if (--depth < 0) return std::nullopt;
-    } else if (c == ',' && depth == 0) {
-      out.push_back(text.substr(start, i - start));
+      return --depth >= 0;
+    } else if (depth == 0) {
+      out.push_back(inside.substr(start, i - start));
       start = i + 1;
     }
-  }
-  if (in_string || depth != 0) return std::nullopt;
-  std::string_view tail = text.substr(start, last - start);
+    return true;
+  });
+  if (!whole || depth != 0) return std::nullopt;
+  std::string_view tail = inside.substr(start);
   if (tail.find_first_not_of(" \t\r\n") != std::string_view::npos) {
     out.push_back(tail);
   } else if (!out.empty()) {

@@ -2,44 +2,19 @@
 
 namespace corral::protocol {
 
-namespace {
-
-// Whether arrays and objects nest more than `limit` deep, outside strings. A scan before
-// parsing: nlohmann-json's depth callback costs a call per value, twice the parse.
-bool nested_deeper_than(std::string_view text, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 Result<Json> parse_json(std::string_view text, std::size_t max_bytes) {
   if (text.size() > max_bytes) {
     return make_error(ErrorCode::InvalidArgument,
                       "message is " + std::to_string(text.size()) + " bytes; the limit is " + std::to_string(max_bytes));
   }
   // Deep nesting is refused before anything is built (the parser recurses per level).
-  if (nested_deeper_than(text, kMaxJsonDepth)) {
+  int depth = 0;
+  bool too_deep = !scan_json_structure(text, [&depth](std::size_t, char c) {
+    if (c == '[' || c == '{') return ++depth <= kMaxJsonDepth;
+    if (c != ',') --depth;
+    return true;
+  }) && depth > kMaxJsonDepth;
+  if (too_deep) {
     return make_error(ErrorCode::InvalidArgument, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   Json j = Json::parse(text.begin(), text.end(), nullptr, false);

@@ -18,6 +18,31 @@ namespace corral::protocol {
 using Json = nlohmann::json;
 
 // Parses without exceptions; InvalidArgument on malformed or oversized text.
+// Calls on_structure(position, character) for each bracket, brace and comma of JSON text
+// that is not inside a string, in order; stops when it returns false. Returns false when
+// it was stopped or a string is left open.
+template <typename OnStructure>
+bool scan_json_structure(std::string_view text, OnStructure on_structure) {
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if ((c == '[' || c == '{' || c == ']' || c == '}' || c == ',') && !on_structure(i, c)) {
+      return false;
+    }
+  }
+  return !in_string;
+}
+
 // Arrays and objects nest at most this deep in anything parse_json accepts.
 inline constexpr int kMaxJsonDepth = 32;
 Result<Json> parse_json(std::string_view text, std::size_t max_bytes);

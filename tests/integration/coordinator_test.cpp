@@ -116,6 +116,14 @@ class CoordinatorTest : public ::testing::Test {
     for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
   }
 
+  // The two-node job running on both agents' GPUs, and `n` more queued behind it.
+  void run_one_queue_more(ScriptedAgent& a, ScriptedAgent& b, model::JobId& running, std::vector<model::JobId>& queued,
+                          int n) {
+    ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, running));
+    ASSERT_TRUE(reaches(running, "RUNNING"));
+    for (int i = 0; i < n; ++i) queued.push_back(submit(kTwoNodeJob));
+  }
+
   // A two-node job runs on agents that then lose the coordinator to a SIGKILL; it is
   // restarted, and the agents (gone with their connections) are not back yet.
   void run_then_restart(model::JobId& id) {
@@ -294,10 +302,8 @@ TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedS
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
   model::JobId id = 0;
-  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, id));
-  ASSERT_TRUE(reaches(id, "RUNNING"));
   std::vector<model::JobId> queued;
-  for (int i = 0; i < 20; ++i) queued.push_back(submit(kTwoNodeJob));
+  ASSERT_NO_FATAL_FAILURE(run_one_queue_more(a, b, id, queued, 20));
   ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
   // Agents come back and report what still runs.
   auto ha = hello_for("gpu-a", "10.0.0.1", 2);
@@ -556,10 +562,8 @@ TEST_F(CoordinatorTest, TheStatusPageAndItsDataAreServedWithoutATokenByDefault) 
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
   model::JobId first = 0;
-  ASSERT_NO_FATAL_FAILURE(start_ranks(a, b, first));
-  ASSERT_TRUE(reaches(first, "RUNNING"));
   std::vector<model::JobId> waiting;
-  for (int i = 0; i < 3; ++i) waiting.push_back(submit(kTwoNodeJob));
+  ASSERT_NO_FATAL_FAILURE(run_one_queue_more(a, b, first, waiting, 3));
   ASSERT_TRUE(call("POST", "/v1/nodes/gpu-b/drain", R"({"reason":"fan replacement"})").status == 200);
 
   auto r = http_->request("GET", "/v1/status");  // no token
