@@ -1,5 +1,9 @@
 #include "common/net/server.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -61,6 +65,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::size_t agents_live = 0;  // WebSocket sessions
   std::size_t streams_live = 0;  // streamed answers
   std::unordered_map<std::string, std::size_t> per_address;
+  std::unordered_map<std::string, std::size_t> streams_per_address;
   // HTTP sessions waiting for their peer, longest first: the ones closed for a newcomer.
   std::list<std::weak_ptr<Slot>> waiting;
   std::uint64_t evicted = 0;
@@ -271,10 +276,15 @@ class WsSession final : public WsConnection, public Closable, public std::enable
 // taken as its leaving. A write must finish within io_timeout.
 class StreamSession final : public EventStream, public Closable, public std::enable_shared_from_this<StreamSession> {
  public:
-  StreamSession(std::shared_ptr<Server::Impl> server, TlsStream&& stream)
-      : server_(std::move(server)), stream_(std::move(stream)) {
+  StreamSession(std::shared_ptr<Server::Impl> server, TlsStream&& stream, std::string address)
+      : server_(std::move(server)), stream_(std::move(stream)), address_(std::move(address)) {
     ++server_->live;
     ++server_->streams_live;
+    ++server_->streams_per_address[address_];
+    // A peer that vanished without a word: the pings it does not acknowledge end the
+    // connection after io_timeout, not after TCP's retransmissions give up (~15 min).
+    unsigned ms = static_cast<unsigned>(std::chrono::duration_cast<std::chrono::milliseconds>(server_->options.io_timeout).count());
+    ::setsockopt(beast::get_lowest_layer(stream_).socket().native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
   }
   ~StreamSession() override { uncount(); }
 
@@ -309,7 +319,9 @@ class StreamSession final : public EventStream, public Closable, public std::ena
   // send, and must not keep a newcomer out meanwhile.
   void force_close() override {
     open_ = false;
-    queue_.clear();
+    // The front is what a write in progress still reads (a queue that is not empty has
+    // one); its handler drops it.
+    if (!queue_.empty()) queue_.erase(std::next(queue_.begin()), queue_.end());
     boost::system::error_code ec;
     beast::get_lowest_layer(stream_).socket().close(ec);
     uncount();
@@ -340,10 +352,13 @@ class StreamSession final : public EventStream, public Closable, public std::ena
     counted_ = false;
     --server_->live;
     --server_->streams_live;
+    auto it = server_->streams_per_address.find(address_);
+    if (it != server_->streams_per_address.end() && --it->second == 0) server_->streams_per_address.erase(it);
   }
 
   std::shared_ptr<Server::Impl> server_;
   TlsStream stream_;
+  std::string address_;
   bool counted_ = true;
   std::array<char, 256> scratch_{};
   std::deque<std::string> queue_;
@@ -469,6 +484,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
       // An agent's link now: counted apart from clients' connections.
       server_->release(*this);
       auto ws = std::make_shared<WsSession>(server_, std::move(*stream_), peer_cn_, remote_);
+      stream_.reset();  // moved from: nothing of this session may touch it again
       server_->track(ws);
       ws->run(std::move(req));
       return;
@@ -505,12 +521,15 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
 
   // The connection becomes the stream's, counted apart from HTTP connections.
   void start_stream(HttpResponse res, unsigned version) {
-    if (server_->streams_live >= server_->options.max_streams) {
+    auto mine = server_->streams_per_address.find(address);
+    if (server_->streams_live >= server_->options.max_streams ||
+        (mine != server_->streams_per_address.end() && mine->second >= server_->options.max_streams_per_address)) {
       keep_alive_ = false;
       return write({503, "application/json", json_error("too many event streams"), {}}, version);
     }
     server_->release(*this);
-    auto stream = std::make_shared<StreamSession>(server_, std::move(*stream_));
+    auto stream = std::make_shared<StreamSession>(server_, std::move(*stream_), address);
+    stream_.reset();  // moved from: nothing of this session may touch it again
     server_->track(stream);
     stream->run(res, version, res.stream);
   }

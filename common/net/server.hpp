@@ -67,8 +67,9 @@ struct ServerOptions {
   std::size_t max_agent_connections = 4096;
   // Streamed answers (a status page's server-sent events) at once, counted apart from
   // HTTP connections like agents; a newcomer past it gets 503. Each queues at most
-  // max_stream_queue_bytes.
+  // max_stream_queue_bytes; one client address holds at most max_streams_per_address.
   std::size_t max_streams = 256;
+  std::size_t max_streams_per_address = 8;
   std::size_t max_stream_queue_bytes = 1024 * 1024;
   Duration handshake_timeout = std::chrono::seconds(3);
   Duration header_timeout = std::chrono::seconds(5);    // a new connection's first request

@@ -157,7 +157,10 @@ void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
     if (request.path == "/" || request.path == "/status.js") return respond(status_page(request.path));
     if (request.path == "/metrics" || request.path == "/v1/status" || request.path == "/v1/status/events") {
       if (!config_.public_status) {
-        if (auto caller = authenticate(request); !caller) return respond(error_response(401, caller.error().message()));
+        if (auto caller = authenticate(request); !caller) {
+          int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
+          return respond(error_response(status, caller.error().message()));
+        }
       }
       if (request.path == "/metrics") return respond(metrics());
       if (request.path == "/v1/status") return respond(status(request));

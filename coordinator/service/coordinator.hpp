@@ -208,6 +208,16 @@ class Coordinator final : public net::ServerHandler {
   std::unique_ptr<net::Timer> status_timer_;
   bool status_post_armed_ = false;
   TimePoint last_status_ping_{};
+  // The last /v1/status answer: every open page asks again after each change, and one
+  // build serves them all while nothing changed (for at most kStatusReuse).
+  struct StatusAnswer {
+    std::uint64_t seq = 0;
+    std::size_t offset = 0, limit = 0;
+    TimePoint built{};
+    std::string body;
+  };
+  StatusAnswer status_answer_;
+  static constexpr Duration kStatusReuse = std::chrono::seconds(1);
 };
 
 }  // namespace corral::service

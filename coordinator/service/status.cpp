@@ -66,8 +66,13 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
             status_error(400, "limit: must be a number of rows from 1 to " + std::to_string(kMaxRows)).dump(), {}};
   }
 
-  const auto& sched = ledger_.scheduler();
   const TimePoint now = clock_.now();
+  const std::vector<std::pair<std::string, std::string>> no_store = {{"Cache-Control", "no-store"}};
+  if (!status_answer_.body.empty() && status_answer_.seq == status_seq_ && status_answer_.offset == *offset &&
+      status_answer_.limit == *limit && now - status_answer_.built < kStatusReuse && now >= status_answer_.built) {
+    return {200, "application/json", status_answer_.body, no_store};
+  }
+  const auto& sched = ledger_.scheduler();
   Json out;
   out["time"] = format_time(now);
   out["version"] = std::string(version());
@@ -200,7 +205,8 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
                                     {"started_at", time_json(r.started_at)}};
   }
   out["holders"] = held;
-  return {200, "application/json", out.dump(-1, ' ', false, Json::error_handler_t::replace), {{"Cache-Control", "no-store"}}};
+  status_answer_ = {status_seq_, *offset, *limit, now, out.dump(-1, ' ', false, Json::error_handler_t::replace)};
+  return {200, "application/json", status_answer_.body, no_store};
 }
 
 std::string Coordinator::status_event() const {

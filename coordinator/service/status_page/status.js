@@ -105,17 +105,17 @@ function renderStrip(s) {
   for (const c of s.classes) {
     const gib = c.memory_mib ? ' · ' + Math.round(c.memory_mib / 1024) + ' GiB' : '';
     cards.push('<div class="card" data-class="' + esc(c.product) + '"><div class="title">' + esc(c.product) + gib + '</div>' +
-      '<div class="big">' + c.allocated + ' / ' + c.total + ' GPUs allocated</div>' +
-      '<div class="parts">' + c.free + ' free · ' + c.drained + ' drained · ' + c.down + ' down</div></div>');
+      '<div class="big">' + esc(c.allocated) + ' / ' + esc(c.total) + ' GPUs allocated</div>' +
+      '<div class="parts">' + esc(c.free) + ' free · ' + esc(c.drained) + ' drained · ' + esc(c.down) + ' down</div></div>');
   }
   if (s.classes.length === 0) cards.push('<div class="card"><div class="title">GPUs</div><div class="big">none</div></div>');
   const n = s.nodes_by_state;
-  cards.push('<div class="card" id="strip-nodes"><div class="title">nodes</div><div class="big">' + n.up + ' up</div>' +
-    '<div class="parts">' + n.drained + ' drained · ' + n.down + ' down</div></div>');
+  cards.push('<div class="card" id="strip-nodes"><div class="title">nodes</div><div class="big">' + esc(n.up) + ' up</div>' +
+    '<div class="parts">' + esc(n.drained) + ' drained · ' + esc(n.down) + ' down</div></div>');
   const j = s.jobs_by_state;
   const running = (j.RUNNING || 0) + (j.STARTING || 0) + (j.ENDING || 0);
-  cards.push('<div class="card" id="strip-jobs"><div class="title">jobs</div><div class="big">' + running + ' running</div>' +
-    '<div class="parts">' + (j.PENDING || 0) + ' pending' + (j.ENDING ? ' · ' + j.ENDING + ' ending' : '') + '</div></div>');
+  cards.push('<div class="card" id="strip-jobs"><div class="title">jobs</div><div class="big">' + esc(running) + ' running</div>' +
+    '<div class="parts">' + esc(j.PENDING || 0) + ' pending' + (j.ENDING ? ' · ' + esc(j.ENDING) + ' ending' : '') + '</div></div>');
   $('strip').innerHTML = cards.join('');
 }
 
@@ -131,13 +131,13 @@ function renderGrid(s) {
     const cells = node.gpus.map((g) => {
       if (g.job == null) {
         const what = node.state === 'up' ? 'free' : node.state;
-        return '<div class="gpu" data-gpu="' + g.index + '" title="' + esc(node.name + ' GPU ' + g.index + ': ' + what) + '">' + g.index + '</div>';
+        return '<div class="gpu" data-gpu="' + esc(g.index) + '" title="' + esc(node.name + ' GPU ' + g.index + ': ' + what) + '">' + esc(g.index) + '</div>';
       }
       const j = s.holders[g.job] || {};
       const title = node.name + ' GPU ' + g.index + ': job ' + (j.ref || g.job) + ' ' + (j.name || '') + '\n' +
         'user ' + (j.user || '?') + ' · ' + (j.state || '') + (j.started_at ? ' · ' + duration(since(j.started_at)) : '');
-      return '<a class="gpu held" href="#/job/' + encodeURIComponent(j.ref || g.job) + '" data-gpu="' + g.index + '" data-job="' + esc(g.job) +
-        '" style="background:' + jobColour(g.job) + '" title="' + esc(title) + '">' + g.index + '</a>';
+      return '<a class="gpu held" href="#/job/' + encodeURIComponent(j.ref || g.job) + '" data-gpu="' + esc(g.index) + '" data-job="' + esc(g.job) +
+        '" style="background:' + jobColour(g.job) + '" title="' + esc(title) + '">' + esc(g.index) + '</a>';
     }).join('');
     rows.push('<div class="node ' + esc(node.state) + '" data-node="' + esc(node.name) + '">' +
       '<div class="name" title="' + esc(node.class || '') + '">' + esc(node.name) + badges + why + '</div>' +
@@ -152,8 +152,8 @@ function renderQueue(s) {
     const time = r.state === 'PENDING' ? 'waiting ' + duration(since(r.submitted_at)) : duration(since(r.started_at));
     const reason = r.reason ? esc(r.reason) + (r.detail ? ' <span class="muted">' + esc(r.detail) + '</span>' : '') : '';
     const ref = r.elements > 1 ? esc(r.ref) : jobLink(r.ref);
-    return '<tr data-id="' + r.id + '" data-state="' + esc(r.state) + '"><td>' + ref + '</td><td>' + esc(r.name) + '</td><td>' + esc(r.user) +
-      '</td><td>' + stateCell(r.state) + '</td><td class="num">' + r.gpus + '</td><td>' + esc(r.nodes) + '</td><td>' + time +
+    return '<tr data-id="' + esc(r.id) + '" data-state="' + esc(r.state) + '"><td>' + ref + '</td><td>' + esc(r.name) + '</td><td>' + esc(r.user) +
+      '</td><td>' + stateCell(r.state) + '</td><td class="num">' + esc(r.gpus) + '</td><td>' + esc(r.nodes) + '</td><td>' + time +
       '</td><td>' + reason + '</td></tr>';
   }).join('');
   $('queue').tBodies[0].innerHTML = body || '<tr><td colspan="8" class="muted">The queue is empty.</td></tr>';
@@ -182,7 +182,7 @@ function renderHistory() {
   }
   const rows = page.history.map((j) => {
     const ref = j.array ? j.array.job + '_' + j.array.index : String(j.id);
-    return '<tr data-id="' + j.id + '"><td>' + jobLink(ref) + '</td><td>' + esc(j.name) + '</td><td>' + esc(j.user) + '</td><td>' +
+    return '<tr data-id="' + esc(j.id) + '"><td>' + jobLink(ref) + '</td><td>' + esc(j.name) + '</td><td>' + esc(j.user) + '</td><td>' +
       stateCell(j.state) + '</td><td class="num">' + esc(j.exit_code ?? '') + '</td><td class="num">' + esc(j.failed_rank ?? '') +
       '</td><td>' + esc(j.failed_node || '') + '</td><td>' + duration(between(j.started_at, j.ended_at)) + '</td><td>' + clock(j.ended_at) + '</td></tr>';
   }).join('');
@@ -234,7 +234,7 @@ function renderJob() {
     html += '<p class="muted">No rank has started.</p>';
   } else {
     html += '<table id="ranks"><thead><tr><th>Rank</th><th>Node</th><th>Local</th><th>GPUs</th><th>PID</th><th>State</th><th>Exit</th></tr></thead><tbody>' +
-      j.ranks.map((r) => '<tr data-rank="' + r.rank + '"><td class="num">' + r.rank + '</td><td>' + esc(r.node) + '</td><td class="num">' + r.local_rank +
+      j.ranks.map((r) => '<tr data-rank="' + esc(r.rank) + '"><td class="num">' + esc(r.rank) + '</td><td>' + esc(r.node) + '</td><td class="num">' + esc(r.local_rank) +
         '</td><td>' + esc(r.gpus.join(',')) + '</td><td class="num">' + esc(r.pid ?? '') + '</td><td>' + esc(r.state) + '</td><td class="num">' +
         esc(r.exit_code ?? (r.signal != null ? 'signal ' + r.signal : '')) + '</td></tr>').join('') + '</tbody></table>';
   }
@@ -244,8 +244,8 @@ function renderJob() {
     const log = page.logs[r.rank];
     let text = '<span class="muted">loading…</span>';
     if (log && log.error) text = '<span class="muted">' + esc(log.error) + '</span>';
-    else if (log) text = '<pre class="log" data-rank="' + r.rank + '">' + (log.cut ? '… ' : '') + esc(log.text) + '</pre>';
-    html += '<details open><summary>rank ' + r.rank + ' on ' + esc(r.node) + '</summary>' + text + '</details>';
+    else if (log) text = '<pre class="log" data-rank="' + esc(r.rank) + '">' + (log.cut ? '… ' : '') + esc(log.text) + '</pre>';
+    html += '<details open><summary>rank ' + esc(r.rank) + ' on ' + esc(r.node) + '</summary>' + text + '</details>';
   }
   html += '<h2>Events</h2><ul id="events">' + (j.events || []).map((e) => '<li>' + esc(clock(e.at)) + ' · ' + esc(e.text) + '</li>').join('') + '</ul>';
   if (j.spec != null) html += '<h2>Spec</h2><pre id="spec">' + esc(j.spec) + '</pre>';
