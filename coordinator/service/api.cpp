@@ -294,7 +294,6 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
     respond(json_response(201, Json{{"id", id}, {"ids", ids}}));
   });
-  status_changed(0);
   // A dependency that can never be met has cancelled the job already: that comes after.
   flush_effects();
   // Every other change asks for its own pass; a job with no room for it now changes

@@ -57,7 +57,8 @@ void Committer::flush() {
     const Result<void>& r = results[next++];
     if (item.done) item.done(r);
   }
-  if (failure != nullptr) on_failure_(*failure);
+  if (failure != nullptr) return on_failure_(*failure);
+  if (!changes.empty() && on_committed_) on_committed_();
 }
 
 }  // namespace corral::service

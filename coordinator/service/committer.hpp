@@ -29,6 +29,8 @@ class Committer {
   void then(std::function<void()> fn);
   // Commits what is queued now, on this call's stack (for shutdown and tests).
   void flush();
+  // Called after each batch that committed changes (the status page's change counter).
+  void on_committed(std::function<void()> fn) { on_committed_ = std::move(fn); }
 
   std::size_t batches() const { return batches_; }
   std::size_t committed() const { return committed_; }
@@ -46,6 +48,7 @@ class Committer {
   net::EventLoop& loop_;
   store::Store& store_;
   std::function<void(const Error&)> on_failure_;
+  std::function<void()> on_committed_;
   std::vector<Item> items_;
   bool posted_ = false;
   std::size_t batches_ = 0;

@@ -18,7 +18,9 @@ Coordinator::Coordinator(net::EventLoop& loop, const Clock& clock, store::Store&
       store_(store),
       config_(std::move(config)),
       ledger_(config_),
-      committer_(loop, store, [this](const Error& e) { fatal(e); }) {}
+      committer_(loop, store, [this](const Error& e) { fatal(e); }) {
+  committer_.on_committed([this] { status_changed(); });
+}
 
 Coordinator::~Coordinator() = default;
 
@@ -62,8 +64,8 @@ void Coordinator::shutdown() {
 
 void Coordinator::flush_effects() {
   ledger::Effects e = ledger_.take();
-  const bool changed = !e.changes.empty() || !e.messages.empty() || !e.close.empty();
-  const std::size_t ended = e.ended.size();
+  // Ended jobs are changes: the commit that stores them tells the page (on_committed).
+  status_ended_ += e.ended.size();
   for (auto& change : e.changes) committer_.enqueue(std::move(change));
   if (!e.messages.empty() || !e.ended.empty()) {
     committer_.then([this, messages = std::move(e.messages), ended = std::move(e.ended)] {
@@ -76,7 +78,7 @@ void Coordinator::flush_effects() {
     if (it != conns_.end()) it->second->close(why);
   }
   if (e.pass_wanted) request_pass();
-  if (changed) status_changed(ended);
+  if (!e.close.empty()) status_changed();  // an agent's link closed: the grid says so
 }
 
 void Coordinator::request_pass() {

@@ -162,8 +162,8 @@ class Coordinator final : public net::ServerHandler {
   // comment line every kStatusPing so both ends see a dead link.
   net::HttpResponse status_events();
   std::string status_event() const;
-  // Something on the page may have changed; `ended` jobs ended.
-  void status_changed(std::size_t ended);
+  // Something on the page may have changed: after each commit, and when a link closed.
+  void status_changed();
   void broadcast_status(const std::string& text);
   static constexpr Duration kStatusEventGap = std::chrono::milliseconds(250);
   static constexpr Duration kStatusPing = std::chrono::seconds(15);

@@ -222,9 +222,8 @@ net::HttpResponse Coordinator::status_events() {
   return res;
 }
 
-void Coordinator::status_changed(std::size_t ended) {
+void Coordinator::status_changed() {
   ++status_seq_;
-  status_ended_ += ended;
   if (status_streams_.empty() || status_post_armed_) return;
   // Coalesced: at most one event per kStatusEventGap, however busy the cluster is.
   status_post_armed_ = true;
