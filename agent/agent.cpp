@@ -9,10 +9,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <random>
 
-#include "agent/inventory/run_command.hpp"
+#include "agent/attempt_sweep.hpp"
+#include "agent/coordinator_link.hpp"
 #include "agent/gpu_misuse.hpp"
+#include "agent/inventory/run_command.hpp"
 #include "agent/kill_escalation.hpp"
 #include "agent/launcher.hpp"
 #include "agent/log_reader.hpp"
@@ -54,9 +55,18 @@ void Agent::offload(net::BlockingWork& pool, Work work, Done done) {
 Agent::Agent(net::EventLoop& loop, model::AgentConfig config, protocol::Hello node, AgentHooks hooks)
     : loop_(loop), config_(std::move(config)), spool_(config_.spool), node_(std::move(node)), hooks_(std::move(hooks)) {
   health_error_ = node_.health_error;
+  // Made now, dialled in start(): reports made before (the leftovers') are held for it.
+  net::WsClientOptions opts;
+  opts.url = config_.coordinator;
+  opts.tls = {config_.ca, config_.cert, config_.key};
+  link_ = std::make_unique<CoordinatorLink>(
+      loop_, opts, config_.reconnect_max_backoff,
+      CoordinatorLink::Handlers{[this] { return hello(); }, [this] { on_welcomed(); },
+                                [this](protocol::CoordinatorMessage m) { on_message(std::move(m)); }});
   launcher_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-launch");
   work_ = std::make_unique<net::BlockingWork>(loop_, 4, "agent-work");
   stacks_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-stacks");
+  logs_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-logs");
 }
 
 Agent::~Agent() { stop(); }
@@ -114,41 +124,41 @@ Result<void> Agent::start() {
                  config_.advertise);
   }
   loop_.on_signal(SIGCHLD, [this] { reap(); });
-  net::WsClientOptions opts;
-  opts.url = config_.coordinator;
-  opts.tls = {config_.ca, config_.cert, config_.key};
-  ws_ = std::make_unique<net::WsClient>(loop_, opts,
-                                        net::WsClient::Handlers{[this] { on_open(); },
-                                                                [this](std::string m) { on_message(std::move(m)); },
-                                                                [this](std::string why) { on_close(why); }});
-  reconnect_timer_ = std::make_unique<net::Timer>(loop_);
-  heartbeat_timer_ = std::make_unique<net::Timer>(loop_);
   preflight_timer_ = std::make_unique<net::Timer>(loop_);
-  if (hooks_.preflight) preflight_timer_->start_repeating(config_.preflight_interval, [this] { run_preflight(); });
   watch_timer_ = std::make_unique<net::Timer>(loop_);
   watch_timer_->start_repeating(kRendezvousWatchInterval, [this] { watch_ranks(); });
-  connect();
+  if (!hooks_.survey) {
+    on_surveyed(node_);
+    return {};
+  }
+  // nvidia-smi and the preflight may take minutes: the loop runs (signals, the leftovers'
+  // reports queued) while they do, and the node joins once they are done.
+  spdlog::info("surveying the node (nvidia-smi, preflight) before joining");
+  offload(
+      *work_, [survey = hooks_.survey, node = node_] { return survey(node); },
+      [this](protocol::Hello node) { on_surveyed(std::move(node)); });
   return {};
+}
+
+void Agent::on_surveyed(protocol::Hello node) {
+  if (stopping_) return;
+  node_ = std::move(node);
+  health_error_ = node_.health_error;
+  if (hooks_.preflight) preflight_timer_->start_repeating(config_.preflight_interval, [this] { run_preflight(); });
+  link_->start();
 }
 
 void Agent::stop() {
   if (stopping_) return;
   stopping_ = true;
-  if (heartbeat_timer_) heartbeat_timer_->cancel();
-  if (reconnect_timer_) reconnect_timer_->cancel();
   if (preflight_timer_) preflight_timer_->cancel();
   if (watch_timer_) watch_timer_->cancel();
-  if (ws_) ws_->close();
+  link_->stop();
 }
 
-void Agent::connect() {
-  if (stopping_) return;
-  welcomed_ = false;
-  ws_->connect();
-}
+bool Agent::connected() const { return link_->welcomed(); }
 
-void Agent::on_open() {
-  backoff_ = std::chrono::milliseconds(100);
+protocol::Hello Agent::hello() const {
   protocol::Hello hello = node_;
   hello.health_error = health_error_;
   hello.running.clear();
@@ -157,72 +167,25 @@ void Agent::on_open() {
       if (!rank.exited) hello.running.push_back({key.first, key.second, r, rank.pid});
     }
   }
-  ws_->send(protocol::encode(protocol::AgentMessage(hello)));
-  spdlog::info("connected to {}; said hello with {} running rank(s)", config_.coordinator, hello.running.size());
+  return hello;
 }
 
-void Agent::on_close(const std::string& reason) {
-  welcomed_ = false;
-  // What the coordinator did not acknowledge may not have reached it: send it again,
-  // first, on the next connection.
-  outbox_.link_lost();
-  synced_pending_ = false;
-  heartbeat_timer_->cancel();
-  if (stopping_) return;
-  // Back off with jitter so a restarted coordinator is not hit by every agent at once.
-  static thread_local std::mt19937 rng(std::random_device{}());
-  auto jitter = std::uniform_int_distribution<long>(0, backoff_.count() / 2)(rng);
-  Duration wait = backoff_ + Duration(jitter);
-  spdlog::warn("link to the coordinator down ({}); retrying in {} ms", reason, wait.count());
-  backoff_ = std::min<Duration>(backoff_ * 2, config_.reconnect_max_backoff);
-  reconnect_timer_->start(wait, [this] { connect(); });
-}
+void Agent::send(const protocol::AgentMessage& message) { link_->send(message); }
 
-void Agent::send(const protocol::AgentMessage& message) {
-  std::string text = protocol::encode(message);
-  // Reports must reach the coordinator across outages and its restarts: kept until it
-  // acknowledges them. Heartbeats, log data and Synced only matter on this connection.
-  bool report = protocol::is_report(message);
-  if (welcomed_ && ws_->open()) {
-    if (report) outbox_.sent(text);
-    ws_->send(std::move(text));
-    return;
-  }
-  if (report) outbox_.hold(std::move(text));
-}
-
-void Agent::flush_outbox() {
-  if (!ws_->open()) return;
-  for (auto& text : outbox_.release()) ws_->send(std::move(text));
-}
-
-void Agent::on_ack(const protocol::Ack& m) { outbox_.acknowledged(m.received); }
-
-void Agent::on_message(std::string text) {
-  auto decoded = protocol::decode_coordinator_message(text);
-  if (!decoded) {
-    spdlog::warn("bad message from the coordinator: {}", decoded.error().message());
-    return;
-  }
-  std::visit(Overloaded{[this](const protocol::Welcome& m) { on_welcome(m); },
+void Agent::on_message(protocol::CoordinatorMessage message) {
+  // Welcome and Ack are the link's (CoordinatorLink).
+  std::visit(Overloaded{[](const protocol::Welcome&) {}, [](const protocol::Ack&) {},
                         [this](const protocol::Reconcile& m) { on_reconcile(m); },
                         [this](const protocol::Prepare& m) { on_prepare(m); },
                         [this](const protocol::Launch& m) { on_launch(m); },
                         [this](const protocol::Kill& m) { on_kill(m); },
                         [this](const protocol::LogRequest& m) { on_log_request(m); },
-                        [this](const protocol::Ack& m) { on_ack(m); },
                         [this](const protocol::Inspect& m) { on_inspect(m); },
                         [this](const protocol::StackRequest& m) { on_stack_request(m); }},
-             *decoded);
+             message);
 }
 
-void Agent::on_welcome(const protocol::Welcome& m) {
-  welcomed_ = true;
-  heartbeat_interval_ = std::chrono::milliseconds(m.heartbeat_interval_ms);
-  spdlog::info("welcomed by the coordinator; heartbeat every {} ms, {} message(s) held back to send",
-               m.heartbeat_interval_ms, outbox_.held());
-  heartbeat_timer_->start_repeating(heartbeat_interval_, [this] { send(protocol::Heartbeat{}); });
-  flush_outbox();
+void Agent::on_welcomed() {
   // Stalls are held in the coordinator's memory: a restarted one hears them again.
   const auto now = CpuProgress::Clock::now();
   for (const auto& [key, job] : jobs_) {
@@ -238,7 +201,7 @@ void Agent::on_welcome(const protocol::Welcome& m) {
 void Agent::send_synced_when_ready() {
   // Everything held back is on its way, and no launch is still starting ranks the
   // coordinator has not heard of: it may now judge what we do not run.
-  if (!synced_pending_ || launches_in_flight_ > 0 || !welcomed_) return;
+  if (!synced_pending_ || launches_in_flight_ > 0 || !connected()) return;
   synced_pending_ = false;
   send(protocol::Synced{});
 }
@@ -250,7 +213,7 @@ void Agent::on_reconcile(const protocol::Reconcile& m) {
     bool keep = std::find(m.keep.begin(), m.keep.end(), key) != m.keep.end();
     bool running = job.launching ||
                    std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return !r.second.exited; });
-    if (!keep && (running || job.nccl_root != 0 || job.probe_fd >= 0)) orphaned.push_back(key);
+    if (!keep && (running || job.nccl_root.running() || job.probe_fd >= 0)) orphaned.push_back(key);
   }
   for (const auto& key : orphaned) {
     spdlog::warn("job {} attempt {} is no longer running on the coordinator: killing its ranks", key.first, key.second);
@@ -293,8 +256,7 @@ void Agent::on_prepare(const protocol::Prepare& m) {
     send(result);
     return;
   }
-  job.nccl_root = root->pid;
-  job.nccl_root_stdin = root->stdin_fd;
+  job.nccl_root.hold(*root);
   offload(
       *work_,
       [fd = root->id_fd, log = root->log_path] { return read_nccl_root_id(fd, log, std::chrono::seconds(20)); },
@@ -420,10 +382,7 @@ void Agent::reap() {
     }
     bool known = false;
     for (auto& [key, job] : jobs_) {
-      if (job.nccl_root == pid) {
-        job.nccl_root = 0;
-        known = true;
-      }
+      known = job.nccl_root.reaped(pid) || known;
     }
     // A rank that exited before its launch came back from the launch thread.
     if (!known && launches_in_flight_ > 0) unclaimed_exits_[pid] = status;
@@ -457,17 +416,7 @@ void Agent::release_job_resources(Job& job) {
     ::close(job.probe_fd);
     job.probe_fd = -1;
   }
-  if (job.nccl_root_stdin >= 0) {
-    ::close(job.nccl_root_stdin);
-    job.nccl_root_stdin = -1;
-  }
-  if (job.nccl_root != 0) {
-    // Nothing to save in a bootstrap root: killed outright, reaped on SIGCHLD, and its
-    // group is among what verify_gone waits to see empty.
-    signal_group(job.nccl_root, SIGKILL);
-    job.nccl_root_group = job.nccl_root;
-    job.nccl_root = 0;
-  }
+  job.nccl_root.release();
 }
 
 void Agent::on_kill(const protocol::Kill& m) {
@@ -512,54 +461,23 @@ void Agent::signal_ranks(const Key& key, Duration grace) {
 void Agent::finish_kill(const Key& key) {
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return;
-  release_job_resources(it->second);
-  // One verification at a time: it looks again until nothing is left.
-  if (it->second.verifying) return;
-  it->second.verifying = true;
-  verify_gone(key, 0);
+  Job& job = it->second;
+  release_job_resources(job);
+  // One sweep at a time: it looks again until nothing is left.
+  if (job.sweep) return;
+  SweepTarget target{key.first, key.second, agent_id_, {}};
+  for (const auto& [r, rank] : job.ranks) target.groups.push_back(rank.pid);
+  if (job.nccl_root.group() != 0) target.groups.push_back(job.nccl_root.group());
+  job.sweep = std::make_unique<AttemptSweep>(
+      loop_, *work_, std::move(target), [this] { reap(); },
+      [this, key](const std::string& left) { on_swept(key, left); });
+  job.sweep->start();
 }
 
-void Agent::verify_gone(const Key& key, int tries) {
-  reap();
+void Agent::on_swept(const Key& key, const std::string& left) {
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return;
   Job& job = it->second;
-  // Nothing of the attempt may be left: every rank's process group (and nccl-root's) is
-  // empty, and no process carries its CORRAL_JOB_ID, CORRAL_ATTEMPT and CORRAL_AGENT_ID
-  // (one that left its group by setsid or a double fork is found that way; the sweep
-  // of /proc runs off the loop).
-  std::string left;
-  std::vector<pid_t> groups;
-  for (auto& [r, rank] : job.ranks) groups.push_back(rank.pid);
-  if (job.nccl_root_group != 0) groups.push_back(job.nccl_root_group);
-  for (pid_t group : groups) {
-    if (group_alive(group)) {
-      signal_group(group, SIGKILL);
-      left += (left.empty() ? "" : ", ") + std::string("group ") + std::to_string(group);
-    }
-  }
-  offload(
-      *work_,
-      [job = key.first, attempt = key.second, agent_id = agent_id_] {
-        std::vector<pid_t> killed = attempt_processes(job, attempt, agent_id);
-        for (pid_t pid : killed) ::kill(pid, SIGKILL);
-        return killed;
-      },
-      [this, key, tries, left](const std::vector<pid_t>& killed) { on_swept(key, tries, left, killed); });
-}
-
-void Agent::on_swept(const Key& key, int tries, std::string left, const std::vector<pid_t>& killed) {
-  auto it = jobs_.find(key);
-  if (it == jobs_.end()) return;
-  Job& job = it->second;
-  for (pid_t pid : killed) left += (left.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
-  if (!left.empty() && tries < 40) {
-    // SIGKILL is delivered asynchronously: look again shortly.
-    if (!job.verify_timer) job.verify_timer = std::make_unique<net::Timer>(loop_);
-    job.verify_timer->start(std::chrono::milliseconds(tries == 0 ? 5 : 50),
-                            [this, key, tries] { verify_gone(key, tries + 1); });
-    return;
-  }
   if (!left.empty()) {
     // Not confirmed: the coordinator keeps the attempt's GPUs and port fenced.
     health_error_ = "processes of job " + std::to_string(key.first) + " survived SIGKILL (" + left + ")";
@@ -607,23 +525,14 @@ void Agent::remember_finished(const Key& key) {
 }
 
 void Agent::on_log_request(const protocol::LogRequest& m) {
-  protocol::LogData d;
-  d.request = m.request;
-  d.offset = m.offset;
-  auto slice = read_log_slice(spool_.log_path(m.job, m.attempt, m.rank), m.offset, m.max_bytes);
-  if (!slice) {
-    d.error = "no log for job " + std::to_string(m.job) + " rank " + std::to_string(m.rank) + " on this node";
-    send(d);
-    return;
-  }
-  d.size = slice->size;
-  d.data = std::move(slice->data);
   auto it = jobs_.find({m.job, m.attempt});
   // A rank being started (its log may already exist, empty) is not finished either.
   bool running = it != jobs_.end() && (it->second.launching || (it->second.ranks.contains(m.rank) &&
                                                                 !it->second.ranks.at(m.rank).exited));
-  d.finished = !running;
-  send(d);
+  // Read on its own thread, in the order asked, whatever the other work waits for.
+  logs_->run([m, path = spool_.log_path(m.job, m.attempt, m.rank),
+              running] { return answer_log_request(m, path, running); },
+             [this](const protocol::LogData& d) { send(d); });
 }
 
 void Agent::watch_ranks() {
@@ -821,7 +730,8 @@ void Agent::on_stack_request(const protocol::StackRequest& m) {
 void Agent::run_preflight() {
   if (preflight_running_) return;  // a slow one is still running: it reports when done
   preflight_running_ = true;
-  offload(*work_, hooks_.preflight, [this](const std::string& error) {
+  offload(*work_, [check = hooks_.preflight, expected = node_.gpus.size()] { return check(expected); },
+          [this](const std::string& error) {
     preflight_running_ = false;
     if (error == health_error_) return;
     health_error_ = error;

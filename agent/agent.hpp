@@ -1,12 +1,16 @@
 #pragma once
-// Agent: one per node. Dials the coordinator (so it works behind NAT), reports the
-// node, holds master ports (master_port), hosts the NCCL bootstrap root in a child
-// (nccl_root), starts ranks (rank_start) and kills them (kill_escalation), keeps their
-// logs (spool) and serves them (log_reader). Ranks keep running while the coordinator is
-// away; what happened meanwhile is sent when the link is back. Lives on one event loop
-// thread, which never waits: user lookups, forks, external commands (nvidia-smi, the
-// preflight), reads of /proc and the wait for nccl-root's ID run on BlockingWork
-// threads and come back to the loop as results.
+// Agent: one per node. Its parts, each in a file of its own and tested alone: the link to
+// the coordinator with its heartbeats and unacknowledged reports (coordinator_link,
+// outbox), master ports held from Prepare to the start of rank 0 (master_port), the NCCL
+// bootstrap root in a child (nccl_root), ranks started (rank_start) and killed
+// (kill_escalation), what is left of an attempt swept before its GPUs are given back
+// (attempt_sweep), logs and orphan markers kept (spool) and served (log_reader), and the
+// rendezvous and progress watch (rank_watch). The Agent ties them to each job's state.
+// Ranks keep running while the coordinator is away; what happened meanwhile is sent
+// when the link is back. Lives on one event loop thread, which never waits: user
+// lookups, forks, external commands (nvidia-smi, the preflight), reads of /proc and of
+// logs, and the wait for nccl-root's ID run on BlockingWork threads and come back to the
+// loop as results.
 
 #include <sys/types.h>
 
@@ -20,24 +24,29 @@
 #include <vector>
 
 #include "agent/inventory/nvidia_smi.hpp"
-#include "agent/outbox.hpp"
+#include "agent/nccl_root.hpp"
 #include "agent/rank_watch.hpp"
 #include "agent/spool.hpp"
 #include "common/model/config.hpp"
 #include "common/net/blocking_work.hpp"
 #include "common/net/event_loop.hpp"
-#include "common/net/ws_client.hpp"
 #include "common/protocol/messages.hpp"
 
 namespace corral::agent {
 
 struct StartOutcome;
+class AttemptSweep;
+class CoordinatorLink;
 class KillEscalation;
 
-// Both run on a BlockingWork thread, never on the loop: they may take minutes.
+// Each runs on a BlockingWork thread, never on the loop: they may take minutes.
 struct AgentHooks {
-  // Runs the node checklist; "" when healthy, else why the node should be drained.
-  std::function<std::string()> preflight;
+  // Before the first Hello: fills in the node's GPUs, driver, CUDA version and
+  // health_error (nvidia-smi and the first preflight). Unset: `node` has them already.
+  std::function<protocol::Hello(protocol::Hello node)> survey;
+  // Runs the node checklist against the GPUs found at start (`expected`); "" when
+  // healthy, else why the node should be drained.
+  std::function<std::string(std::size_t expected)> preflight;
   // After a job's ranks are gone: descriptions of any of these GPU UUIDs still held by
   // a process (nvidia-smi --query-compute-apps); empty on simulated nodes.
   std::function<std::vector<std::string>(const std::vector<std::string>& uuids)> gpus_still_held;
@@ -56,7 +65,7 @@ class Agent {
   Result<void> start();
   void stop();
 
-  bool connected() const { return welcomed_; }
+  bool connected() const;
   std::size_t running_ranks() const;
 
  private:
@@ -76,37 +85,30 @@ class Agent {
   struct Job {
     std::map<int, Rank> ranks;
     int probe_fd = -1;          // the master port, held from Prepare until rank 0 starts
-    pid_t nccl_root = 0;
-    pid_t nccl_root_group = 0;  // checked for leftovers until the attempt is confirmed gone
-    int nccl_root_stdin = -1;   // closing it ends nccl-root
+    NcclRootHold nccl_root;     // mode nccl: the bootstrap root, from Prepare to the end
     std::uint64_t prepare = 0;  // which Prepare a pending nccl-root answer belongs to
     bool launching = false;     // its ranks are being started on the launch thread
     bool killing = false;
     Duration kill_grace{0};     // a kill asked for while launching, done once started
-    bool verifying = false;     // looking for what is left of it (finish_kill)
     // Torch mode: where ranks check in (rank 0 listens, the others connect); empty when
     // the rendezvous is not watched (nccl mode, whose ranks meet at nccl-root).
     std::string master_addr;
     int master_port = 0;
     Duration hang_timeout{0};  // launch.hang_timeout; 0: its ranks' progress is not watched
     std::unique_ptr<KillEscalation> escalation;  // SIGTERM, then SIGKILL after the grace
-    std::unique_ptr<net::Timer> verify_timer;     // the next look for what is left
+    std::unique_ptr<AttemptSweep> sweep;          // looking for what is left of it (finish_kill)
     std::vector<int> gpus;
   };
-  void connect();
-  void on_open();
-  void on_close(const std::string& reason);
-  void on_message(std::string text);
+  protocol::Hello hello() const;
+  void on_message(protocol::CoordinatorMessage message);
   void send(const protocol::AgentMessage& message);
-  void flush_outbox();
 
-  void on_welcome(const protocol::Welcome& m);
+  void on_welcomed();
   void on_reconcile(const protocol::Reconcile& m);
   void on_prepare(const protocol::Prepare& m);
   void on_launch(const protocol::Launch& m);
   void on_kill(const protocol::Kill& m);
   void on_log_request(const protocol::LogRequest& m);
-  void on_ack(const protocol::Ack& m);
   void on_inspect(const protocol::Inspect& m);
   void on_stack_request(const protocol::StackRequest& m);
   // The ranks asked for, each with its process group (0 when not running here).
@@ -127,13 +129,14 @@ class Agent {
   void kill_job(const Key& key, Duration grace);
   void signal_ranks(const Key& key, Duration grace);
   void finish_kill(const Key& key);
-  void verify_gone(const Key& key, int tries);
-  void on_swept(const Key& key, int tries, std::string left, const std::vector<pid_t>& killed);
+  void on_swept(const Key& key, const std::string& left);
   void attempt_gone(const Key& key, const std::vector<std::string>& gpus_held);
   void remember_finished(const Key& key);
   void release_job_resources(Job& job);
   void kill_orphans();
   void run_preflight();
+  // Once the node is surveyed: the link, and the periodic preflight.
+  void on_surveyed(protocol::Hello node);
   // Looks, off the loop, for ranks that checked in since the last look, and every
   // kHangSampleEvery-th time at the CPU time of the ranks whose progress is watched.
   void watch_ranks();
@@ -143,18 +146,12 @@ class Agent {
   Spool spool_;
   protocol::Hello node_;
   AgentHooks hooks_;
-  std::unique_ptr<net::WsClient> ws_;
-  bool welcomed_ = false;
+  std::unique_ptr<CoordinatorLink> link_;
   bool stopping_ = false;
-  Duration backoff_ = std::chrono::milliseconds(100);
-  std::unique_ptr<net::Timer> reconnect_timer_;
-  std::unique_ptr<net::Timer> heartbeat_timer_;
   std::unique_ptr<net::Timer> preflight_timer_;
   std::unique_ptr<net::Timer> watch_timer_;
   bool watch_running_ = false;
   std::uint64_t watch_count_ = 0;
-  Duration heartbeat_interval_ = std::chrono::seconds(1);
-  Outbox outbox_;                    // reports until the coordinator acknowledges them
   std::map<Key, Job> jobs_;
   std::deque<Key> finished_;         // attempts that ended here, most recent last
   std::string agent_id_;             // CORRAL_AGENT_ID of the ranks started here
@@ -173,6 +170,8 @@ class Agent {
   std::unique_ptr<net::BlockingWork> work_;
   // corral stack's gdb and py-spy runs, one at a time, apart from the watch and the kills.
   std::unique_ptr<net::BlockingWork> stacks_;
+  // Log reads (corral logs), in order, apart from commands that may hang.
+  std::unique_ptr<net::BlockingWork> logs_;
   int stacks_waiting_ = 0;
 };
 

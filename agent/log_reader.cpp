@@ -29,4 +29,20 @@ Result<LogSlice> read_log_slice(const std::string& path, std::uint64_t offset, s
   return slice;
 }
 
+protocol::LogData answer_log_request(const protocol::LogRequest& request, const std::string& path, bool running) {
+  protocol::LogData d;
+  d.request = request.request;
+  d.offset = request.offset;
+  auto slice = read_log_slice(path, request.offset, request.max_bytes);
+  if (!slice) {
+    d.error = "no log for job " + std::to_string(request.job) + " rank " + std::to_string(request.rank) +
+              " on this node";
+    return d;
+  }
+  d.size = slice->size;
+  d.data = std::move(slice->data);
+  d.finished = !running;
+  return d;
+}
+
 }  // namespace corral::agent

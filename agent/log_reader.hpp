@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/core/error.hpp"
+#include "common/protocol/messages.hpp"
 
 namespace corral::agent {
 
@@ -19,5 +20,10 @@ struct LogSlice {
 
 // NotFound when there is no such file.
 Result<LogSlice> read_log_slice(const std::string& path, std::uint64_t offset, std::uint64_t max_bytes);
+
+// The answer to `request` from the rank's log at `path`. `running`: the rank may still
+// write to it (judged before the read, so a "finished" answer holds the whole log). A
+// read of the disk: the agent calls it off its loop.
+protocol::LogData answer_log_request(const protocol::LogRequest& request, const std::string& path, bool running);
 
 }  // namespace corral::agent

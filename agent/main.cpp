@@ -39,15 +39,15 @@ void warn_ephemeral_overlap(const model::PortRange& ports) {
   }
 }
 
-// The node checklist: nvidia-smi answers, each GPU is listed with its driver and CUDA
-// version, and (when corral-worker was built with CUDA) a kernel runs on every GPU.
-std::string preflight(const model::AgentConfig& config, const agent::Inventory& expected) {
-  if (!config.simulate.empty()) return "";
+// The node checklist: nvidia-smi answers, each GPU found at start is listed with its
+// driver and CUDA version, and (when corral-worker was built with CUDA) a kernel runs on
+// every GPU.
+std::string preflight(const model::AgentConfig& config, std::size_t expected_gpus) {
   auto run = agent::system_command_runner();
   auto inv = agent::read_nvidia_inventory(run, config.nvidia_smi);
   if (!inv) return inv.error().message();
-  if (inv->gpus.size() != expected.gpus.size()) {
-    return "nvidia-smi lists " + std::to_string(inv->gpus.size()) + " GPUs, " + std::to_string(expected.gpus.size()) +
+  if (inv->gpus.size() != expected_gpus) {
+    return "nvidia-smi lists " + std::to_string(inv->gpus.size()) + " GPUs, " + std::to_string(expected_gpus) +
            " at start";
   }
   auto worker = run({config.worker, "preflight"}, std::chrono::minutes(2));
@@ -60,6 +60,26 @@ std::string preflight(const model::AgentConfig& config, const agent::Inventory& 
     return "corral-worker preflight failed (exit " + std::to_string(worker->exit_code) + "): " + why;
   }
   return "";
+}
+
+// A real node's GPUs from nvidia-smi, then the first preflight: run by the agent off its
+// loop before it joins. A node whose nvidia-smi fails joins all the same, drained with
+// the reason, so `corral nodes` shows what is wrong.
+protocol::Hello survey(const model::AgentConfig& config, protocol::Hello node) {
+  auto inv = agent::read_nvidia_inventory(agent::system_command_runner(), config.nvidia_smi);
+  if (!inv) {
+    node.health_error = inv.error().message();
+  } else {
+    for (const auto& w : inv->warnings) spdlog::warn("{}", w);
+    spdlog::info("nvidia-smi: {} GPU(s), driver {}, CUDA {}", inv->gpus.size(), inv->driver, inv->cuda.to_string());
+    node.simulated = inv->simulated;
+    node.driver = inv->driver;
+    node.cuda = inv->cuda;
+    node.gpus = inv->gpus;
+    node.health_error = preflight(config, inv->gpus.size());
+  }
+  if (!node.health_error.empty()) spdlog::error("preflight failed: {}", node.health_error);
+  return node;
 }
 
 }  // namespace
@@ -85,46 +105,25 @@ int main(int argc, char** argv) {
   }
   warn_ephemeral_overlap(config->ports);
 
-  agent::Inventory inventory;
-  std::string health;
-  if (!config->simulate.empty()) {
-    auto inv = agent::read_simulated_inventory(config->simulate, config->node);
-    if (!inv) return fail(inv.error().message(), 2);
-    inventory = *inv;
-    spdlog::info("simulated inventory from {}: {} GPU(s)", config->simulate, inventory.gpus.size());
-  } else {
-    auto inv = agent::read_nvidia_inventory(agent::system_command_runner(), config->nvidia_smi);
-    if (inv) {
-      inventory = *inv;
-      for (const auto& w : inventory.warnings) spdlog::warn("{}", w);
-      spdlog::info("nvidia-smi: {} GPU(s), driver {}, CUDA {}", inventory.gpus.size(), inventory.driver,
-                   inventory.cuda.to_string());
-      health = preflight(*config, inventory);
-    } else {
-      // Join anyway, drained with the reason, so `corral nodes` shows what is wrong.
-      health = inv.error().message();
-    }
-    if (!health.empty()) spdlog::error("preflight failed: {}", health);
-  }
-
   protocol::Hello hello;
   hello.node = config->node;
   hello.address = config->advertise;
   hello.ports = config->ports;
-  hello.simulated = inventory.simulated || !config->simulate.empty();
-  hello.driver = inventory.driver;
-  hello.cuda = inventory.cuda;
-  hello.gpus = inventory.gpus;
-  hello.health_error = health;
-
   agent::AgentHooks hooks;
   if (!config->simulate.empty()) {
-    hooks.compute_apps = [file = inventory.compute_apps_file] { return agent::read_simulated_compute_apps(file); };
+    // A file of the operator's, read at once: a bad one stops the agent with its reason.
+    auto inv = agent::read_simulated_inventory(config->simulate, config->node);
+    if (!inv) return fail(inv.error().message(), 2);
+    spdlog::info("simulated inventory from {}: {} GPU(s)", config->simulate, inv->gpus.size());
+    hello.simulated = true;
+    hello.driver = inv->driver;
+    hello.cuda = inv->cuda;
+    hello.gpus = inv->gpus;
+    hooks.compute_apps = [file = inv->compute_apps_file] { return agent::read_simulated_compute_apps(file); };
   } else {
+    hooks.survey = [c = *config](protocol::Hello node) { return survey(c, std::move(node)); };
     hooks.compute_apps = [c = *config] { return agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi); };
-  }
-  if (config->simulate.empty()) {
-    hooks.preflight = [c = *config, inventory] { return preflight(c, inventory); };
+    hooks.preflight = [c = *config](std::size_t expected) { return preflight(c, expected); };
     hooks.gpus_still_held = [c = *config](const std::vector<std::string>& uuids) {
       std::vector<std::string> held;
       auto apps = agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi);

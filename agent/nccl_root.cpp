@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -76,6 +77,30 @@ Result<std::string> read_nccl_root_id(int fd, const std::string& log_path, Durat
   std::string why;
   std::getline(log, why);
   return make_error(ErrorCode::Unavailable, "nccl-root gave no unique ID" + (why.empty() ? std::string() : ": " + why));
+}
+
+void NcclRootHold::hold(const NcclRootChild& child) {
+  release();
+  pid_ = child.pid;
+  group_ = child.pid;
+  stdin_fd_ = child.stdin_fd;
+}
+
+bool NcclRootHold::reaped(pid_t pid) {
+  if (pid_ == 0 || pid != pid_) return false;
+  pid_ = 0;
+  return true;
+}
+
+void NcclRootHold::release() {
+  if (stdin_fd_ >= 0) {
+    ::close(stdin_fd_);
+    stdin_fd_ = -1;
+  }
+  // Only while its leader is not reaped: until then no other group can take its id.
+  // What outlives a reaped leader is the sweep's to find.
+  if (pid_ != 0) signal_group(pid_, SIGKILL);
+  pid_ = 0;
 }
 
 }  // namespace corral::agent

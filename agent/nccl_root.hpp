@@ -30,4 +30,27 @@ Result<NcclRootChild> start_nccl_root(const std::string& worker, const std::stri
 // with the first line of the child's log, when no valid ID came.
 Result<std::string> read_nccl_root_id(int fd, const std::string& log_path, Duration timeout);
 
+// A job's nccl-root child as the agent holds it, from its Prepare until the attempt ends.
+// Released (the job ended, was killed, or was prepared again), it is killed outright,
+// group and all: there is nothing to save in a bootstrap root. Its group is kept after
+// that, for the sweep that confirms nothing of the attempt is left. On the agent's loop.
+class NcclRootHold {
+ public:
+  // Takes the started child's pid and stdin (the ID pipe is the reader's).
+  void hold(const NcclRootChild& child);
+  // Whether the child was started and not released or reaped.
+  bool running() const { return pid_ != 0; }
+  // `pid` exited and was reaped: true when it was this child.
+  bool reaped(pid_t pid);
+  // Closes its stdin and SIGKILLs its group, unless it was reaped already.
+  void release();
+  // The leader of its process group once started (0: never started), for the sweep.
+  pid_t group() const { return group_; }
+
+ private:
+  pid_t pid_ = 0;
+  pid_t group_ = 0;
+  int stdin_fd_ = -1;
+};
+
 }  // namespace corral::agent

@@ -25,14 +25,7 @@ from localcluster import LocalCluster, ROOT, parse_time  # noqa: E402
 
 
 def drained(c, ids):
-    deadline = time.time() + 300
-    while True:
-        live = c.get("/v1/jobs")
-        if not live:
-            break
-        if time.time() > deadline:
-            raise RuntimeError("jobs did not drain in 300 s")
-        c.get(f"/v1/jobs/{live[0]['id']}?wait=30")
+    c.drain(300)
     wanted = set(ids)
     done = [j for j in c.get("/v1/jobs?all=1") if j["id"] in wanted]
     bad = [j for j in done if j["state"] != "COMPLETED"]

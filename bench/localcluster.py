@@ -212,6 +212,17 @@ class LocalCluster:
             raise RuntimeError(f"submit: {status} {body}")
         return body["id"]
 
+    def drain(self, timeout=300):
+        """Waits until no job is live (pending, starting, running or ending)."""
+        deadline = time.time() + timeout
+        while True:
+            live = self.get("/v1/jobs")
+            if not live:
+                return
+            if time.time() > deadline:
+                raise RuntimeError(f"jobs did not drain in {timeout} s")
+            self.get(f"/v1/jobs/{live[-1]['id']}?wait=30")
+
     def env(self):
         e = dict(os.environ)
         e.update(CORRAL_URL=self.url, CORRAL_TOKEN=self.token, CORRAL_CA=self.ca)

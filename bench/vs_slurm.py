@@ -55,6 +55,23 @@ def rss_kb(pid):
     return 0
 
 
+def private_kb(pid):
+    """The pages only this process maps (USS): what it costs beyond the shared libraries
+    that other processes on the node map too."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
+def memory(c, slurm):
+    pids = {"corral": c.procs[0].pid, "slurm": slurm.pid("slurmctld"),
+            "corral_agent": c.procs[1].pid, "slurm_node": slurm.pid("slurmd-s1")}
+    return {k: (rss_kb(p), private_kb(p)) for k, p in pids.items()}
+
+
 class PrivateSlurm:
     """munged, slurmctld and four slurmd on this host, in a temporary folder."""
 
@@ -164,7 +181,10 @@ def main():
     ap.add_argument("--rate-jobs", type=int, default=200)
     ap.add_argument("--drain-jobs", type=int, default=1000)
     ap.add_argument("--memory-jobs", type=int, default=10000)
+    ap.add_argument("--only", default="submit,rate,drain,start,memory",
+                    help="comma-separated measures to take (default: all)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     ensure_slurm()
     cli = os.path.join(args.build, "cli", "corral")
     res = {}  # metric -> side -> values
@@ -184,11 +204,10 @@ def main():
             def corral_empty():
                 return not c.get("/v1/jobs")
 
-            mem_idle = {"corral": rss_kb(c.procs[0].pid), "slurm": rss_kb(slurm.pid("slurmctld")),
-                        "corral_agent": rss_kb(c.procs[1].pid), "slurm_node": rss_kb(slurm.pid("slurmd-s1"))}
+            mem_idle = memory(c, slurm)
             work = tempfile.mkdtemp(prefix="corral-vs-slurm-out-")
             for run in range(args.runs):
-                for _ in range(args.submits):
+                for _ in range(args.submits if "submit" in only else 0):
                     for side, argv, env in (("corral", corral_submit, cenv), ("slurm", sbatch, senv)):
                         wall, cpu = timed(argv, env)
                         add("submit wall ms", side, wall)
@@ -196,18 +215,18 @@ def main():
                 wait_until(corral_empty)
                 wait_until(slurm.queue_empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
-                                               ("slurm", sbatch, senv, slurm.queue_empty)):
+                                               ("slurm", sbatch, senv, slurm.queue_empty)) if "rate" in only else ():
                     took = run_from_clients(argv, env, args.rate_jobs)
                     add("8-client submits/s", side, args.rate_jobs / took)
                     wait_until(empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
-                                               ("slurm", sbatch, senv, slurm.queue_empty)):
+                                               ("slurm", sbatch, senv, slurm.queue_empty)) if "drain" in only else ():
                     t = time.perf_counter()
                     run_from_clients(argv, env, args.drain_jobs)
                     wait_until(empty)
                     add(f"{args.drain_jobs}-job drain s", side, time.perf_counter() - t)
                 # 2 x 2: every rank writes when it started.
-                for side in ("corral", "slurm"):
+                for side in ("corral", "slurm") if "start" in only else ():
                     out = os.path.join(work, f"{side}-{run}")
                     os.makedirs(out)
                     command = ["sh", "-c", f'date +%s.%N > {out}/rank-$RANK']
@@ -229,12 +248,13 @@ def main():
                 wait_until(slurm.queue_empty)
                 loads.append(os.getloadavg()[0])
             # Memory after many jobs have run through each.
-            run_from_clients(corral_submit, cenv, args.memory_jobs)
-            run_from_clients(sbatch, senv, args.memory_jobs)
-            wait_until(corral_empty, 1800, 0.5)
-            wait_until(slurm.queue_empty, 1800, 0.5)
-            mem_after = {"corral": rss_kb(c.procs[0].pid), "slurm": rss_kb(slurm.pid("slurmctld")),
-                         "corral_agent": rss_kb(c.procs[1].pid), "slurm_node": rss_kb(slurm.pid("slurmd-s1"))}
+            mem_after = None
+            if "memory" in only:
+                run_from_clients(corral_submit, cenv, args.memory_jobs)
+                run_from_clients(sbatch, senv, args.memory_jobs)
+                wait_until(corral_empty, 1800, 0.5)
+                wait_until(slurm.queue_empty, 1800, 0.5)
+                mem_after = memory(c, slurm)
             loads.append(os.getloadavg()[0])
             shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -248,12 +268,13 @@ def main():
         ma, mb = statistics.median(a), statistics.median(b)
         print(f"{metric:38} {ma:10.1f} ({min(a):.1f}-{max(a):.1f}){'':4} {mb:10.1f} ({min(b):.1f}-{max(b):.1f}){'':4} "
               f"{ma / mb:8.2f}")
-    for label, a, b in (("controller RSS idle MB", mem_idle["corral"], mem_idle["slurm"]),
-                        (f"controller RSS after {args.memory_jobs} jobs MB", mem_after["corral"], mem_after["slurm"]),
-                        ("node daemon RSS idle MB", mem_idle["corral_agent"], mem_idle["slurm_node"]),
-                        (f"node daemon RSS after {args.memory_jobs} jobs MB", mem_after["corral_agent"],
-                         mem_after["slurm_node"])):
-        print(f"{label:38} {a / 1024:10.1f}{'':16} {b / 1024:10.1f}{'':16} {a / b:8.2f}")
+    rows = [("idle", mem_idle)] + ([(f"after {args.memory_jobs} jobs", mem_after)] if mem_after else [])
+    for when, mem in rows:
+        for daemon, a, b in (("controller", "corral", "slurm"), ("node daemon", "corral_agent", "slurm_node")):
+            for i, kind in enumerate(("RSS", "private")):
+                label = f"{daemon} {kind} {when} MB"
+                x, y = mem[a][i], mem[b][i]
+                print(f"{label:38} {x / 1024:10.1f}{'':16} {y / 1024:10.1f}{'':16} {x / y:8.2f}")
 
 
 if __name__ == "__main__":

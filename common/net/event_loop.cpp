@@ -14,10 +14,25 @@ namespace corral::net {
 
 namespace asio = boost::asio;
 
+// One signal set and what to do when it fires. The loop owns it, so the pending wait
+// refers to it by pointer: a handler holding itself would never be freed.
+struct SignalWatch {
+  SignalWatch(asio::io_context& io, std::function<void(int)> fn) : set(io), fn(std::move(fn)) {}
+  void arm() {
+    set.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      fn(sig);
+      arm();
+    });
+  }
+  asio::signal_set set;
+  std::function<void(int)> fn;
+};
+
 struct EventLoop::Impl {
   asio::io_context io{1};
-  std::unique_ptr<asio::signal_set> signals;
-  std::vector<std::unique_ptr<asio::signal_set>> other_signals;
+  // Destroyed before io: their pending waits end aborted, never called.
+  std::vector<std::unique_ptr<SignalWatch>> watches;
 };
 
 EventLoop::EventLoop() : impl_(std::make_unique<Impl>()) {}
@@ -36,31 +51,23 @@ std::size_t EventLoop::poll() {
 
 void EventLoop::stop() { impl_->io.stop(); }
 bool EventLoop::stopped() const { return impl_->io.stopped(); }
-void EventLoop::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+
 void* EventLoop::native() { return &impl_->io; }
 
+void EventLoop::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+
 void EventLoop::on_shutdown_signal(std::function<void(int)> fn) {
-  impl_->signals = std::make_unique<asio::signal_set>(impl_->io, SIGINT, SIGTERM);
-  auto* signals = impl_->signals.get();
-  auto handler = std::make_shared<std::function<void(const boost::system::error_code&, int)>>();
-  *handler = [signals, fn = std::move(fn), handler](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    fn(sig);
-    signals->async_wait(*handler);
-  };
-  signals->async_wait(*handler);
+  auto& watch = impl_->watches.emplace_back(std::make_unique<SignalWatch>(impl_->io, std::move(fn)));
+  watch->set.add(SIGINT);
+  watch->set.add(SIGTERM);
+  watch->arm();
 }
 
 void EventLoop::on_signal(int signal, std::function<void()> fn) {
-  impl_->other_signals.push_back(std::make_unique<asio::signal_set>(impl_->io, signal));
-  auto* set = impl_->other_signals.back().get();
-  auto handler = std::make_shared<std::function<void(const boost::system::error_code&, int)>>();
-  *handler = [set, fn = std::move(fn), handler](const boost::system::error_code& ec, int) {
-    if (ec) return;
-    fn();
-    set->async_wait(*handler);
-  };
-  set->async_wait(*handler);
+  auto& watch = impl_->watches.emplace_back(
+      std::make_unique<SignalWatch>(impl_->io, [fn = std::move(fn)](int) { fn(); }));
+  watch->set.add(signal);
+  watch->arm();
 }
 
 struct Timer::Impl {

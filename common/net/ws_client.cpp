@@ -67,8 +67,11 @@ class Link : public std::enable_shared_from_this<Link> {
     std::string host = url_.host + ":" + std::to_string(url_.port);
     ws_.async_handshake(res_, host, options_.path, [self](beast::error_code ec) {
       if (ec) {
-        std::string why = "WebSocket upgrade refused: " + ec.message();
-        if (self->res_.result_int() != 0) {
+        // Only a response that came and was no 101 is a refusal with a status; any other
+        // failure (with TLS 1.3, the coordinator's verdict on our certificate arrives
+        // here, as an alert) says what it was.
+        std::string why = "WebSocket upgrade failed: " + ec.message();
+        if (ec == websocket::error::upgrade_declined) {
           why = "WebSocket upgrade refused with HTTP " + std::to_string(self->res_.result_int());
           if (!self->res_.body().empty()) why += ": " + self->res_.body();
         }

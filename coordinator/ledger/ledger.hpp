@@ -69,6 +69,9 @@ class Ledger {
     // answer came (in this process's life).
     std::optional<std::uint64_t> prepare_sent_on;
     bool prepared = false;
+    // ENDING: the nodes whose GPUs went back to the scheduler (store::released_nodes, as
+    // the ledger acted on them).
+    std::set<std::string> nodes_let_go;
     // The attempt's rendezvous deadline (launch.rendezvous_timeout): waiting for every
     // rank to check in, then asking the agents of the missing ranks what those do, then
     // done (failed, warned, or every rank in).
@@ -170,13 +173,24 @@ class Ledger {
   bool might_start_now(model::JobId id) { return scheduler_.might_start_now(id); }
 
   // The effects accumulated since the last take(); the jobs whose dependencies the jobs
-  // that ended settled are released or cancelled first.
-  Effects take();
+  // that ended settled are released or cancelled first. What rank reports changed in a
+  // job's ranks alone (a pid, an exit code, a check-in, a warning: nothing that decides
+  // what the job holds) comes last in `changes`, one write of the job's latest record; or,
+  // with `defer_rank_records`, stays with the ledger for take_rank_records().
+  Effects take(bool defer_rank_records = false);
+  // The writes take(true) left: one UpdateJob of its latest record per job whose ranks
+  // changed since the last call. Committed after everything taken before them, they hold
+  // just what the last of those writes held. So a gang of a thousand nodes whose every
+  // rank reports on its own costs one copy of its record per transaction, not per report.
+  std::vector<store::Change> take_rank_records();
+  bool rank_records_due() const { return !ranks_changed_.empty(); }
 
  private:
   Job* live(model::JobId id);
   Job* any(model::JobId id);
   void remember_ended(Job job);
+  // Lets go of ended jobs past the window (remember_ended): the store has them.
+  void forget_ended(TimePoint now);
   // ---- dependencies (after_ok, after_any, after_not_ok)
   // Registers a pending job's dependencies; those on jobs that ended are settled now.
   void watch_dependencies(Job& job, const EndedLookup& ended);
@@ -193,6 +207,9 @@ class Ledger {
   void update_array(model::JobId array);
   std::vector<store::RankRecord> rank_records(const model::JobSpec& spec, const model::Allocation& alloc) const;
   void persist_job(const Job& job, std::string event_text);
+  // For a change to the job's ranks that moves none of its holds (not `gone`): the event
+  // now, the record once per batch (take_rank_records).
+  void persist_ranks(const Job& job, std::string event_text);
   void apply(const std::vector<sched::Decision>& decisions);
   void apply_change(const sched::JobChange& change);
   void send(const std::string& node, protocol::CoordinatorMessage message);
@@ -249,7 +266,7 @@ class Ledger {
   std::unordered_map<model::JobId, Job> jobs_;  // live jobs
   std::map<model::JobId, Job> fenced_;          // ended, but earlier attempts hold fences
   std::map<model::JobId, Job> ended_;           // recently ended, for late rank reports
-  std::deque<model::JobId> ended_order_;
+  std::deque<std::pair<model::JobId, TimePoint>> ended_order_;  // with when each ended
   // dependent -> (job waited for -> how), while the dependent is pending; and the other
   // way round, job -> its dependents. `ended_unsettled_`: jobs ended since the last take().
   std::map<model::JobId, std::map<model::JobId, model::DependencyKind>> unmet_;
@@ -269,6 +286,7 @@ class Ledger {
   TimePoint grace_ends_{};
   TimePoint now_{};  // the time of the call being handled
   Effects out_;
+  std::set<model::JobId> ranks_changed_;  // persist_ranks since the last take_rank_records
   LedgerStats stats_;
 };
 

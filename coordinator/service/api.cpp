@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <set>
 
 #include "common/core/strings.hpp"
 #include "common/core/version.hpp"
@@ -198,7 +199,11 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
       if (request.query.contains("wait")) return wait_job(*id, request, std::move(respond));
       return respond(show_job(*id, &caller));
     }
-    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return after_commit(cancel_job(*id, caller), std::move(respond));
+    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") {
+      // 42 stands for the whole array; 42_0 for its element 0 alone (as scancel reads them).
+      bool whole_array = parts[2].find('_') == std::string::npos;
+      return after_commit(cancel_job(*id, caller, whole_array), std::move(respond));
+    }
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
     if (parts.size() == 4 && parts[3] == "stack" && m == "GET") return job_stack(*id, request, caller, std::move(respond));
   }
@@ -553,24 +558,35 @@ Result<const Coordinator::Job*> Coordinator::cancel_one(model::JobId id, const C
   return ledger_.any_job(id);
 }
 
-net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller) {
+net::HttpResponse Coordinator::cancel_job(model::JobId id, const Caller& caller, bool whole_array) {
   // An array's id stands for the whole array: every live element is cancelled.
-  auto elements = ledger_.array_elements(id);
+  auto elements = whole_array ? ledger_.array_elements(id) : std::vector<model::JobId>{};
   if (!elements.empty()) {
     Json cancelled = Json::array();
     std::optional<Error> refused;
+    // The answer shows the array's first element (its id) as it is now, else the first
+    // element cancelled; each taken as it is cancelled, since cancelling thousands of
+    // pending elements ends more jobs than the ledger keeps (Ledger::forget_ended).
+    std::optional<Json> shown;
     for (model::JobId e : elements) {
       if (auto done = cancel_one(e, caller)) {
         cancelled.push_back(e);
+        if (e == id || cancelled.size() == 1) shown = job_json(view_of((*done)->record, &(*done)->spec, nullptr), nullptr);
       } else if (!refused) {
         refused = done.error();
       }
     }
     flush_effects();
     if (cancelled.empty() && refused) return error_response(http_status_for(*refused), refused->message());
-    const Job* shown = ledger_.any_job(id);
-    if (shown == nullptr) shown = ledger_.any_job(cancelled.front().get<model::JobId>());
-    Json j = job_json(view_of(shown->record, &shown->spec, nullptr), nullptr);
+    if (cancelled.front().get<model::JobId>() != id) {
+      // The first element had ended before: from memory if it ended lately, else the store.
+      if (const Job* first = ledger_.any_job(id)) {
+        shown = job_json(view_of(first->record, &first->spec, nullptr), nullptr);
+      } else if (auto rec = store_.job(id); rec && *rec) {
+        shown = job_json(view_of(**rec, nullptr, nullptr), nullptr);
+      }
+    }
+    Json j = std::move(*shown);
     j["array_cancelled"] = cancelled;
     return json_response(200, j);
   }
@@ -586,12 +602,14 @@ net::HttpResponse Coordinator::cancel_jobs(const net::HttpRequest& request, cons
   if (!body) return error_response(400, body.error().message());
   protocol::JsonReader r(*body);
   std::vector<model::JobId> ids;
+  std::set<model::JobId> whole_arrays;  // plain ids: an array's id stands for every element
   Json unresolved = Json::array();
   if (const Json* list = r.array("ids", kMaxIds, false)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       const Json& v = (*list)[i];
       if (v.is_number_integer() && v.get<long long>() > 0) {
         ids.push_back(v.get<model::JobId>());
+        whole_arrays.insert(ids.back());
         continue;
       }
       // ARRAY_INDEX ("42_7") as text; one that names no job is answered as a refusal.
@@ -643,10 +661,11 @@ net::HttpResponse Coordinator::cancel_jobs(const net::HttpRequest& request, cons
     }
     std::sort(ids.begin(), ids.end());
   }
-  // An array's id stands for its live elements.
+  // An array's id given as a plain id stands for its live elements; an ARRAY_INDEX ref
+  // (42_0) or a job a filter matched is that element alone.
   std::vector<model::JobId> expanded;
   for (model::JobId id : ids) {
-    auto elements = ledger_.array_elements(id);
+    auto elements = whole_arrays.contains(id) ? ledger_.array_elements(id) : std::vector<model::JobId>{};
     if (elements.empty()) {
       expanded.push_back(id);
     } else {
@@ -768,7 +787,8 @@ void Coordinator::answer_stack(StackWait wait) {
 }
 
 net::HttpResponse Coordinator::list_nodes() {
-  Json out = Json::array();
+  std::string out = "[";
+  std::vector<std::string> names;
   for (const auto* node : ledger_.scheduler().nodes()) {
     NodeView v;
     v.node = node;
@@ -779,9 +799,14 @@ net::HttpResponse Coordinator::list_nodes() {
       v.cuda = link->cuda.to_string();
     }
     for (const auto& g : node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(node->name, g.index));
-    out.push_back(node_json(v));
+    if (!names.empty()) out += ',';
+    node_listing_->append(v, out);
+    names.push_back(node->name);
   }
-  return json_response(200, out);
+  out += ']';
+  std::sort(names.begin(), names.end());
+  node_listing_->keep_only(names);
+  return {200, "application/json", std::move(out), {}};
 }
 
 net::HttpResponse Coordinator::clear_node(const std::string& name, const Caller& caller) {
@@ -943,6 +968,9 @@ net::HttpResponse Coordinator::metrics() {
   line("corral_store_batches_total", "", static_cast<double>(committer_.batches()));
   family("corral_store_changes_total", "counter", "State changes committed (several per transaction under load).");
   line("corral_store_changes_total", "", static_cast<double>(committer_.committed()));
+  family("corral_store_changes_folded_total", "counter",
+         "Job changes folded into the same job's change before them in a transaction (one write for both).");
+  line("corral_store_changes_folded_total", "", static_cast<double>(committer_.folded()));
   family("corral_store_commit_seconds", "histogram", "How long each SQLite transaction, sync included, took.");
   out += committer_.commit_seconds().render("corral_store_commit_seconds", "");
   family("corral_agent_messages_total", "counter", "Messages received from agents.");

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "coordinator/store/store_rules.hpp"
+
 namespace corral::service {
 
 void Committer::schedule_flush() {
@@ -16,6 +18,20 @@ void Committer::schedule_flush() {
 }
 
 void Committer::enqueue(store::Change change, Done done) {
+  // The same job changed again by the next report of the batch: one write of its latest
+  // record (both callers hear how that went).
+  if (!items_.empty() && items_.back().change && store::fold_job_update(*items_.back().change, change)) {
+    ++folded_;
+    if (done) {
+      Done& first = items_.back().done;
+      first = first ? Done([a = std::move(first), b = std::move(done)](const Result<void>& r) {
+        a(r);
+        b(r);
+      })
+                    : std::move(done);
+    }
+    return;
+  }
   items_.push_back({std::move(change), std::move(done), {}});
   schedule_flush();
 }
@@ -26,6 +42,9 @@ void Committer::then(std::function<void()> fn) {
 }
 
 void Committer::flush() {
+  if (collect_) {
+    for (auto& change : collect_()) enqueue(std::move(change));
+  }
   if (items_.empty()) return;
   std::vector<Item> items;
   items.swap(items_);
@@ -37,7 +56,8 @@ void Committer::flush() {
   if (!changes.empty()) {
     const auto started = std::chrono::steady_clock::now();
     results = store_.commit(changes);
-    commit_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    last_commit_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    commit_seconds_.observe(last_commit_seconds_);
     ++batches_;
     committed_ += changes.size();
   }

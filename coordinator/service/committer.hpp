@@ -22,20 +22,29 @@ class Committer {
   Committer(net::EventLoop& loop, store::Store& store, std::function<void(const Error&)> on_failure)
       : loop_(loop), store_(store), on_failure_(std::move(on_failure)) {}
 
-  // Queues a change; `done` runs once it is committed (or failed).
+  // Queues a change; `done` runs once it is committed (or failed). A change that only
+  // updates the job the last queued change only updated is folded into it
+  // (store::fold_job_update).
   void enqueue(store::Change change, Done done = {});
   // Runs `fn` once everything queued before it is durable; never, if a change of its
   // batch was refused.
   void then(std::function<void()> fn);
   // Commits what is queued now, on this call's stack (for shutdown and tests).
   void flush();
+  // Called as each batch is about to commit: the changes it returns are committed last in
+  // the batch (the ledger's rank records, one write per job per batch).
+  void on_flush(std::function<std::vector<store::Change>()> collect) { collect_ = std::move(collect); }
+  // A flush is due although nothing was queued: on_flush has something to give.
+  void wake() { schedule_flush(); }
   // Called after each batch that committed changes (the status page's change counter).
   void on_committed(std::function<void()> fn) { on_committed_ = std::move(fn); }
 
   std::size_t batches() const { return batches_; }
   std::size_t committed() const { return committed_; }
+  std::size_t folded() const { return folded_; }
   // How long each batch's commit took (one SQLite transaction and its sync).
   const Histogram& commit_seconds() const { return commit_seconds_; }
+  double last_commit_seconds() const { return last_commit_seconds_; }
 
  private:
   struct Item {
@@ -49,10 +58,13 @@ class Committer {
   store::Store& store_;
   std::function<void(const Error&)> on_failure_;
   std::function<void()> on_committed_;
+  std::function<std::vector<store::Change>()> collect_;
   std::vector<Item> items_;
   bool posted_ = false;
   std::size_t batches_ = 0;
   std::size_t committed_ = 0;
+  std::size_t folded_ = 0;
+  double last_commit_seconds_ = 0;
   Histogram commit_seconds_{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 };
 

@@ -1,5 +1,6 @@
 #include "coordinator/service/coordinator.hpp"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "common/core/strings.hpp"
 #include "common/protocol/codec.hpp"
+#include "coordinator/service/views.hpp"
 
 namespace corral::service {
 
@@ -19,7 +21,20 @@ Coordinator::Coordinator(net::EventLoop& loop, const Clock& clock, store::Store&
       config_(std::move(config)),
       ledger_(config_),
       committer_(loop, store, [this](const Error& e) { fatal(e); }) {
-  committer_.on_committed([this] { status_changed(); });
+  committer_.on_committed([this] {
+    if (rank_write_in_batch_) {
+      rank_write_in_batch_ = false;
+      rank_write_next_ = std::chrono::steady_clock::now() +
+                         2 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(committer_.last_commit_seconds()));
+    }
+    // Held Acks go once nothing they cover waits: the rank records were written with
+    // this batch, or a whole record of their job was (which carries its ranks).
+    if (acks_held_) send_acks();
+    status_changed();
+  });
+  committer_.on_flush([this] { return collect_rank_records(); });
+  node_listing_ = std::make_unique<NodeListing>();
 }
 
 Coordinator::~Coordinator() = default;
@@ -59,11 +74,14 @@ void Coordinator::shutdown() {
   for (const auto& s : status_streams_) s->close();
   status_streams_.clear();
   if (pass_timer_) pass_timer_->cancel();
+  if (rank_write_timer_) rank_write_timer_->cancel();
+  rank_write_next_ = {};  // what waits for its paced write is written now
   committer_.flush();
 }
 
 void Coordinator::flush_effects() {
-  ledger::Effects e = ledger_.take();
+  ledger::Effects e = ledger_.take(/*defer_rank_records=*/true);
+  if (ledger_.rank_records_due()) committer_.wake();
   // Ended jobs are changes: the commit that stores them tells the page (on_committed).
   status_ended_ += e.ended.size();
   for (auto& change : e.changes) committer_.enqueue(std::move(change));
@@ -118,6 +136,13 @@ void Coordinator::tick() {
   TimePoint now = clock_.now();
   ledger_.tick(now);
   flush_effects();
+  // What a burst of jobs used and freed goes back to the system, not kept by malloc for
+  // a next burst that may not come: every 30 s. (CPU work on the loop, no wait; its cost
+  // grows with the heap and is not measured yet.)
+  if (now - last_trim_ >= std::chrono::seconds(30)) {
+    last_trim_ = now;
+    ::malloc_trim(0);
+  }
   // Job waits whose time is up see the job as it is now.
   for (auto it = job_waits_.begin(); it != job_waits_.end();) {
     if (now >= it->second.deadline) {
@@ -245,13 +270,39 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
 void Coordinator::acknowledge(const std::string& node) {
   if (std::find(ack_due_.begin(), ack_due_.end(), node) != ack_due_.end()) return;
   ack_due_.push_back(node);
-  if (ack_due_.size() > 1) return;  // a callback is queued already
+  if (ack_due_.size() > 1) return;  // a callback is queued already, or the Acks are held
   // After the commit of everything those reports changed (and of whatever was queued
   // with them: the count is read then).
-  committer_.then([this] {
-    for (const auto& n : ack_due_) send(n, protocol::Ack{received_[n]});
-    ack_due_.clear();
-  });
+  committer_.then([this] { send_acks(); });
+}
+
+void Coordinator::send_acks() {
+  if (ledger_.rank_records_due()) {
+    acks_held_ = true;  // sent when the rank records are committed (on_committed)
+    return;
+  }
+  acks_held_ = false;
+  for (const auto& n : ack_due_) send(n, protocol::Ack{received_[n]});
+  ack_due_.clear();
+}
+
+std::vector<store::Change> Coordinator::collect_rank_records() {
+  if (!ledger_.rank_records_due()) return {};
+  const auto now = std::chrono::steady_clock::now();
+  if (now < rank_write_next_) {
+    if (!rank_write_armed_) {
+      rank_write_armed_ = true;
+      if (!rank_write_timer_) rank_write_timer_ = std::make_unique<net::Timer>(loop_);
+      rank_write_timer_->start(std::chrono::duration_cast<Duration>(rank_write_next_ - now), [this] {
+        rank_write_armed_ = false;
+        committer_.wake();
+      });
+    }
+    return {};
+  }
+  auto records = ledger_.take_rank_records();
+  rank_write_in_batch_ = !records.empty();
+  return records;
 }
 
 void Coordinator::on_log_data(const std::string& node, const protocol::LogData& m) {

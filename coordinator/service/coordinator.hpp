@@ -44,6 +44,8 @@ struct JobFilter {
 // TO, NF); InvalidArgument naming the field otherwise.
 Result<JobFilter> parse_job_filter(const std::vector<std::string>& users, const std::vector<std::string>& states);
 
+class NodeListing;
+
 class Coordinator final : public net::ServerHandler {
  public:
   Coordinator(net::EventLoop& loop, const Clock& clock, store::Store& store, model::CoordinatorConfig config);
@@ -135,7 +137,8 @@ class Coordinator final : public net::ServerHandler {
   // seconds have passed, whichever is first; the caller then sees the state either way.
   void wait_job(model::JobId id, const net::HttpRequest& request, Respond respond);
   void answer_job_waits(model::JobId id);
-  net::HttpResponse cancel_job(model::JobId id, const Caller& caller);
+  // whole_array: an array's id (its first element) cancels every live element.
+  net::HttpResponse cancel_job(model::JobId id, const Caller& caller, bool whole_array);
   // POST /v1/jobs/cancel {"ids": [...]} or {"user": [...], "state": [...]}: each job
   // cancelled or refused on its own; one commit for all.
   net::HttpResponse cancel_jobs(const net::HttpRequest& request, const Caller& caller);
@@ -182,6 +185,18 @@ class Coordinator final : public net::ServerHandler {
   std::map<std::string, std::uint64_t> received_;
   std::vector<std::string> ack_due_;
   void acknowledge(const std::string& node);
+  // Sends the Acks owed, unless rank records (Ledger::take_rank_records) still wait for
+  // their write: then once it is committed.
+  void send_acks();
+  bool acks_held_ = false;
+  // The ledger's rank records are written with a batch at most every twice the time the
+  // last such batch took: a gang of 8,000 ranks whose reports come one at a time would
+  // otherwise write its whole record once per report. The reports wait for their Ack.
+  std::vector<store::Change> collect_rank_records();
+  std::unique_ptr<net::Timer> rank_write_timer_;
+  bool rank_write_armed_ = false;
+  bool rank_write_in_batch_ = false;
+  std::chrono::steady_clock::time_point rank_write_next_{};
   struct CachedUser {
     store::User user;
     TimePoint checked{};
@@ -197,6 +212,7 @@ class Coordinator final : public net::ServerHandler {
   bool pass_posted_ = false;
   TimePoint last_periodic_pass_{};
   std::unique_ptr<net::Timer> tick_timer_;
+  TimePoint last_trim_{};  // malloc_trim in tick()
   std::unique_ptr<net::Timer> pass_timer_;
   std::chrono::steady_clock::time_point last_pass_end_{};
   std::chrono::steady_clock::duration last_pass_took_{};
@@ -206,6 +222,7 @@ class Coordinator final : public net::ServerHandler {
   std::uint64_t status_ended_ = 0;
   std::vector<std::shared_ptr<net::EventStream>> status_streams_;
   std::unique_ptr<net::Timer> status_timer_;
+  std::unique_ptr<NodeListing> node_listing_;  // GET /v1/nodes's renderings, kept
   bool status_post_armed_ = false;
   TimePoint last_status_ping_{};
   // The last /v1/status answer: every open page asks again after each change, and one

@@ -1,5 +1,6 @@
 #include "coordinator/service/views.hpp"
 
+#include <algorithm>
 #include <ctime>
 
 #include "common/protocol/model_json.hpp"
@@ -141,6 +142,33 @@ Json node_json(const NodeView& view) {
               {"cuda", view.cuda},
               {"ports", Json::array({n.ports.first, n.ports.last})},
               {"gpus", gpus}};
+}
+
+void NodeListing::append(const NodeView& view, std::string& out) {
+  const model::Node& n = *view.node;
+  auto it = entries_.find(n.name);
+  if (it == entries_.end() || it->second.node != n || it->second.connected != view.connected ||
+      it->second.driver != view.driver || it->second.cuda != view.cuda || it->second.holders != view.holders) {
+    // Rendered with a marker where last_seen goes, split around it.
+    static const std::string kMarker = "\x01last_seen\x01";
+    Json j = node_json(view);
+    j["last_seen"] = kMarker;
+    std::string text = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    const std::string quoted = Json(kMarker).dump();
+    const std::size_t at = text.find(quoted);
+    Entry e{n, view.connected, view.driver, view.cuda, view.holders, text.substr(0, at),
+            text.substr(at + quoted.size())};
+    it = entries_.insert_or_assign(n.name, std::move(e)).first;
+  }
+  out += it->second.head;
+  out += time_json(view.last_seen).dump();
+  out += it->second.tail;
+}
+
+void NodeListing::keep_only(const std::vector<std::string>& names) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = std::binary_search(names.begin(), names.end(), it->first) ? std::next(it) : entries_.erase(it);
+  }
 }
 
 }  // namespace corral::service

@@ -2,6 +2,7 @@
 // JSON renderings of jobs and nodes for the API. Include
 // only from .cpp files (brings nlohmann/json).
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -43,5 +44,31 @@ struct NodeView {
   std::vector<std::optional<model::JobId>> holders;  // per GPU, in node.gpus order
 };
 Json node_json(const NodeView& view);
+
+// Renders node listings as node_json does, keeping each node's rendering between listings:
+// a node is rendered again only when something it shows changes, but for its last_seen,
+// which every heartbeat moves and which is written into the kept text. 2,000 nodes of 8
+// GPUs are 3 MB of JSON; building them anew for every `corral nodes` cost 100 ms of the
+// event loop.
+class NodeListing {
+ public:
+  // Appends the node's JSON object to `out`.
+  void append(const NodeView& view, std::string& out);
+  // Lets go of the renderings of nodes not in `names` (sorted).
+  void keep_only(const std::vector<std::string>& names);
+  std::size_t kept() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    model::Node node;
+    bool connected = false;
+    std::string driver;
+    std::string cuda;
+    std::vector<std::optional<model::JobId>> holders;
+    std::string head;  // the rendering up to last_seen's value
+    std::string tail;  // and after it
+  };
+  std::map<std::string, Entry, std::less<>> entries_;
+};
 
 }  // namespace corral::service

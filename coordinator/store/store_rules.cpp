@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
 
 namespace corral::store {
 
@@ -17,18 +18,40 @@ Result<void> check_job_record(const JobRecord& job) {
   return {};
 }
 
-bool node_released(const JobRecord& job, const std::string& node) {
-  if (job.state != model::JobState::Ending) return false;
-  for (const auto& f : job.fences) {
-    if (f.attempt == job.attempt && f.node == node) return true;  // held by the fence instead
-  }
-  bool any = false;
+std::set<std::string> released_nodes(const JobRecord& job) {
+  std::set<std::string> released;
+  if (job.state != model::JobState::Ending) return released;
+  std::unordered_map<std::string_view, bool> all_gone;  // per node with ranks
   for (const auto& r : job.ranks) {
-    if (r.node != node) continue;
-    if (!r.gone) return false;
-    any = true;
+    auto [it, added] = all_gone.try_emplace(r.node, true);
+    it->second = it->second && r.gone;
   }
-  return any;
+  for (const auto& [node, gone] : all_gone) {
+    if (gone) released.emplace(node);
+  }
+  for (const auto& f : job.fences) {
+    if (f.attempt == job.attempt) released.insert(f.node);
+  }
+  return released;
+}
+
+bool fold_job_update(Change& into, Change& next) {
+  // The job a change updates, when it changes that job alone: its UpdateJob, then its events.
+  auto sole_job = [](const Change& c) -> std::optional<model::JobId> {
+    const auto* update = c.mutations.empty() ? nullptr : std::get_if<UpdateJob>(&c.mutations.front());
+    if (update == nullptr) return std::nullopt;
+    for (std::size_t i = 1; i < c.mutations.size(); ++i) {
+      const auto* event = std::get_if<AppendEvent>(&c.mutations[i]);
+      if (event == nullptr || event->event.job != update->job.id) return std::nullopt;
+    }
+    return update->job.id;
+  };
+  const auto job = sole_job(into);
+  if (!job || job != sole_job(next)) return false;
+  into.mutations.front() = std::move(next.mutations.front());
+  for (std::size_t i = 1; i < next.mutations.size(); ++i) into.mutations.push_back(std::move(next.mutations[i]));
+  next.mutations.clear();
+  return true;
 }
 
 std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
@@ -37,8 +60,9 @@ std::vector<GpuKey> gpus_held_by(const JobRecord& job) {
     for (int index : f.gpus) gpus.push_back({f.node, index});
   }
   if (!model::holds_resources(job.state) || !job.allocation) return gpus;
+  const std::set<std::string> released = released_nodes(job);
   for (const auto& node : job.allocation->nodes) {
-    if (node_released(job, node.node)) continue;
+    if (released.contains(node.node)) continue;
     for (int index : node.gpus) gpus.push_back({node.node, index});
   }
   return gpus;

@@ -5,6 +5,7 @@
 // missing job is reported.
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,15 +33,24 @@ struct PortKey {
 // holds resources (a STARTING job without GPUs is a scheduler bug worth refusing loudly).
 [[nodiscard]] Result<void> check_job_record(const JobRecord& job);
 
-// Whether an ENDING job has let go of `node`: every one of its ranks there is confirmed
-// gone, or what it held there became a fence. Always false in other states.
-bool node_released(const JobRecord& job, const std::string& node);
+// The nodes an ENDING job has let go of: every one of its ranks there is confirmed gone, or
+// what it held there became a fence. Empty in other states. One pass over the ranks (a
+// gang of a thousand nodes asked node by node would be a million rank visits).
+std::set<std::string> released_nodes(const JobRecord& job);
 // The GPUs and master port a job in this record holds: none unless its state holds
 // resources, and while ENDING none on released nodes (the port stays with the job until it
 // ends), plus what its fences hold. Each port appears once.
 // Each GPU appears as often as the allocation lists it.
 std::vector<GpuKey> gpus_held_by(const JobRecord& job);
 std::vector<PortKey> ports_held_by(const JobRecord& job);
+
+// Folds `next` into `into` when each changes one and the same job alone (its UpdateJob
+// first, then only that job's events): the later record replaces the earlier (an UpdateJob
+// replaces every field anyway) and the events keep their order, so committing the folded
+// change leaves what committing both in turn would. A job whose every rank reports on its
+// own is then written once per batch, not once per rank. False, and nothing moved, when
+// they do not fold.
+bool fold_job_update(Change& into, Change& next);
 
 // What UpsertUser accepts: a name of 1 to 64 characters of [A-Za-z0-9._-] (it is also a
 // Unix user name) and a token hash of exactly 64 lowercase hex characters.

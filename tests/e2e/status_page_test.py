@@ -94,7 +94,18 @@ def main():
 
         d = browser()
         wait = WebDriverWait(d, 20, poll_frequency=0.05)
-        text = lambda id_: d.find_element(By.ID, id_).text  # noqa: E731
+        # Read in one script turn: the live page re-renders its tables, and an element
+        # found by one WebDriver call may be gone (stale) by the next.
+        def inner_text(selector):
+            return d.execute_script("const e = document.querySelector(arguments[0]);"
+                                    "return e ? e.innerText : null;", selector)
+
+        def row_text(selector):  # a table row's cells, one space apart
+            t = inner_text(selector)
+            return None if t is None else " ".join(t.split())
+
+        def text(id_):
+            return inner_text("#" + id_) or ""
         try:
             d.get(cluster.url + "/")
             wait.until(lambda _: "live" == text("live"))
@@ -128,8 +139,8 @@ def main():
             d.find_element(By.ID, "login-button").click()
             wait.until(lambda _: text("who") != "")
             wait.until(lambda _: d.find_elements(By.ID, "history-table"))
-            row = d.find_element(By.CSS_SELECTOR, f'#history-table tr[data-id="{failing}"]')
-            check("FAILED" in row.text and " 3 " in f" {row.text} " and "bench-a" in row.text, "history row: " + row.text)
+            row = wait.until(lambda _: row_text(f'#history-table tr[data-id="{failing}"]'))
+            check("FAILED" in row and " 3 " in f" {row} " and "bench-a" in row, "history row: " + row)
             check(d.execute_script("return sessionStorage.getItem('corral.token')") == cluster.token,
                   "the token is kept in session storage")
 
@@ -137,12 +148,10 @@ def main():
             first = cluster.submit(job_spec("first", 1, ["sleep", "2"]))
             second = cluster.submit(job_spec("second", 1, ["sleep", "1"], extra=f"after_ok: {first}\n"))
             second_row = f'#queue tr[data-id="{second}"]'
-            wait.until(lambda _: d.find_elements(By.CSS_SELECTOR, second_row))
-            pending = d.find_element(By.CSS_SELECTOR, second_row).text
+            pending = wait.until(lambda _: row_text(second_row))
             check("PENDING" in pending and "Dependency" in pending, "second while first runs: " + pending)
-            WebDriverWait(d, 30, poll_frequency=0.05).until(
-                lambda _: d.find_elements(By.CSS_SELECTOR, f'#history-table tr[data-id="{second}"]'))
-            done = d.find_element(By.CSS_SELECTOR, f'#history-table tr[data-id="{second}"]').text
+            done = WebDriverWait(d, 30, poll_frequency=0.05).until(
+                lambda _: row_text(f'#history-table tr[data-id="{second}"]'))
             check("COMPLETED" in done, "second in the history: " + done)
             check(not d.find_elements(By.CSS_SELECTOR, second_row), "second left the queue")
             check(d.execute_script("return window.__corralMarker") == "same page", "the page was not reloaded")

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -158,7 +159,11 @@ TEST_F(CliClusterTest, SpecLessSubmitStandardInputAndLogsFollowOnAPendingJob) {
   ASSERT_TRUE(follow.wait_for_line("is PENDING", 10s));
   EXPECT_EQ(corral({"cancel", blocker_id}).exit_code, 0);
   EXPECT_EQ(follow.read_stdout(), "from stdin\n");
-  EXPECT_EQ(WEXITSTATUS(follow.wait()), 0);
+  EXPECT_EQ(WEXITSTATUS(follow.wait()), 0) << [&] {
+    std::string said;
+    for (const auto& line : follow.lines()) said += line + "\n";
+    return said;
+  }();
   // Spec-less: the command after -- is executed as typed, named after its program.
   auto o = corral({"submit", "--json", "--", "/bin/echo", "a b", "$HOME"});
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -203,7 +208,10 @@ TEST_F(CliClusterTest, QueueFiltersAndBulkCancelByStateAndById) {
 
 TEST_F(CliClusterTest, DependenciesHoldThroughACoordinatorRestartAndACancelledOneEndsDependencyNeverSatisfied) {
   auto id = [](const Outcome& o) { return o.out.substr(0, o.out.find('\n')); };
-  std::string first = id(corral({"submit", "--parsable", "-G", "1", "--", "sleep", "3"}));
+  // The first job runs until the test lets it end (after the restart), however slow the machine.
+  const std::string gate = dir_.file("first-may-end");
+  std::string first = id(corral({"submit", "--parsable", "-G", "1", "--", "sh", "-c",
+                                 "while [ ! -e " + gate + " ]; do sleep 0.05; done"}));
   std::string after_ok = id(corral({"submit", "--parsable", "-G", "1", "--after-ok", first, "--", "echo", "ok"}));
   std::string after_not_ok =
       id(corral({"submit", "--parsable", "-G", "1", "--after-not-ok", first, "--", "echo", "not ok"}));
@@ -216,6 +224,7 @@ TEST_F(CliClusterTest, DependenciesHoldThroughACoordinatorRestartAndACancelledOn
   ASSERT_TRUE(a_->rejoined());
   ASSERT_TRUE(b_->rejoined());
   EXPECT_EQ(job(std::stoll(after_ok))["reason"], "Dependency");
+  std::ofstream(gate).put('\n');
   EXPECT_EQ(corral({"wait", after_ok, "--timeout", "30"}).exit_code, 0);
   EXPECT_EQ(corral({"logs", after_ok}).out, "ok\n");
   Json never = job(std::stoll(after_not_ok));

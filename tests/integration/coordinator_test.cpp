@@ -150,6 +150,29 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<net::HttpClient> http_;
 };
 
+// A rank's start changes only its rank: its record is written with a later batch (paced
+// for large gangs), and the report is acknowledged only after that write. Killed right
+// after the Acks, the coordinator comes back knowing every acknowledged pid.
+TEST_F(CoordinatorTest, AnAcknowledgedRankStartSurvivesASigkillRightAfterItsAck) {
+  model::JobId id = 0;
+  {
+    ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+    ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+    ASSERT_TRUE(a.connect());
+    ASSERT_TRUE(b.connect());
+    ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+    // Three of four: the job stays STARTING, so no whole-record write carries them.
+    for (int r = 0; r < 3; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
+    ASSERT_TRUE(a.all_acked());
+    ASSERT_TRUE(b.all_acked());
+    ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  }
+  Json j = job(id);
+  EXPECT_EQ(j["state"], "STARTING") << j.dump(2);
+  ASSERT_EQ(j["ranks"].size(), 4u) << j.dump(2);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(j["ranks"][r]["pid"], 1000 + r) << j.dump(2);
+}
+
 TEST_F(CoordinatorTest, APortFileThatCannotBeWrittenIsAClearErrorNotACrash) {
   // A second coordinator on its own port (0: any), told to write where it cannot.
   std::string config = dir_.file("second.yaml");

@@ -11,6 +11,15 @@
 
 namespace corral::testing {
 
+// How much longer a latency bound may be in a sanitizer build (-O0, shadow memory, checked
+// allocations): the bounds a user is promised are for the build they run, and the sanitizer
+// run is there to find memory and thread errors, not to time them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr int kSanitizerSlowdown = 4;
+#else
+inline constexpr int kSanitizerSlowdown = 1;
+#endif
+
 // Polls `pred` until it holds or `timeout` passes. Only for what has no event to wait on:
 // a process gone from /proc, a node's state.
 template <typename Pred>

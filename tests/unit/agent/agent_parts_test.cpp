@@ -1,9 +1,11 @@
 // The agent's parts that stand alone: holding a master port, the nccl-root child, the
-// kill escalation and the log slices. Real sockets, real processes, a real event loop.
+// kill escalation, the sweep of what is left of an attempt, and the log slices. Real
+// sockets, real processes, a real event loop.
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,13 +14,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/attempt_sweep.hpp"
 #include "agent/kill_escalation.hpp"
 #include "agent/launcher.hpp"
 #include "agent/log_reader.hpp"
 #include "agent/master_port.hpp"
 #include "agent/nccl_root.hpp"
 #include "common/core/hex.hpp"
+#include "common/net/blocking_work.hpp"
 #include "common/net/event_loop.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace corral::agent {
@@ -112,6 +117,45 @@ TEST(NcclRoot, TheChildsIdIsReadAndItLivesUntilItsStdinCloses) {
   ::close(child->stdin_fd);
   int status = wait_exit(child->pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe_status(status);
+}
+
+TEST(NcclRoot, AHeldRootIsKilledWithItsGroupOnReleaseAndItsGroupKeptForTheSweep) {
+  testing::TempDir dir;
+  std::string id(2 * kNcclUniqueIdBytes, 'b');
+  // The root starts a helper in its group, as NCCL's bootstrap threads stand for here.
+  auto worker = fake_worker(dir, "echo " + id + "\nsleep 60 &\nexec cat >/dev/null");
+  auto child = start_nccl_root(worker, "", dir.file("nccl-root.log"));
+  ASSERT_TRUE(child) << child.error().message();
+  ASSERT_TRUE(read_nccl_root_id(child->id_fd, child->log_path, 10s));
+  NcclRootHold hold;
+  EXPECT_FALSE(hold.running());
+  EXPECT_EQ(hold.group(), 0);
+  hold.hold(*child);
+  EXPECT_TRUE(hold.running());
+  EXPECT_FALSE(hold.reaped(child->pid + 1)) << "another pid is not the root";
+  hold.release();
+  EXPECT_FALSE(hold.running());
+  EXPECT_EQ(hold.group(), child->pid);
+  EXPECT_EQ(WTERMSIG(wait_exit(child->pid)), SIGKILL);
+  EXPECT_TRUE(testing::eventually([&] { return !group_alive(child->pid); }, 5s)) << "the helper outlived its root";
+  hold.release();  // again: nothing left to do
+  EXPECT_FALSE(hold.reaped(child->pid)) << "released: no longer counted as running";
+}
+
+TEST(NcclRoot, ARootThatExitedByItselfIsReapedAndNotSignalledAgain) {
+  testing::TempDir dir;
+  std::string id(2 * kNcclUniqueIdBytes, 'c');
+  auto worker = fake_worker(dir, "echo " + id + "\nexit 3");
+  auto child = start_nccl_root(worker, "", dir.file("nccl-root.log"));
+  ASSERT_TRUE(child) << child.error().message();
+  NcclRootHold hold;
+  hold.hold(*child);
+  ASSERT_TRUE(read_nccl_root_id(child->id_fd, child->log_path, 10s));
+  EXPECT_EQ(WEXITSTATUS(wait_exit(child->pid)), 3);
+  EXPECT_TRUE(hold.reaped(child->pid));
+  EXPECT_FALSE(hold.running());
+  hold.release();
+  EXPECT_EQ(hold.group(), child->pid) << "the sweep still looks at its group";
 }
 
 TEST(NcclRoot, AChildWithoutAnIdIsReportedWithItsLogsFirstLine) {
@@ -249,6 +293,124 @@ TEST(LogReader, ServesBoundedSlicesWithTheFilesSize) {
   auto missing = read_log_slice(dir.file("rank-9.log"), 0, 100);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code(), ErrorCode::NotFound);
+}
+
+TEST(LogReader, AnswersARequestWithItsSliceAndWhetherTheLogIsFinished) {
+  testing::TempDir dir;
+  std::string path = dir.file("rank-1.log");
+  std::ofstream(path) << "epoch 1\nepoch 2\n";
+  protocol::LogRequest req;
+  req.request = 41;
+  req.job = 7;
+  req.rank = 1;
+  req.offset = 8;
+  req.max_bytes = 100;
+  auto running = answer_log_request(req, path, true);
+  EXPECT_EQ(running.request, 41u);
+  EXPECT_EQ(running.offset, 8u);
+  EXPECT_EQ(running.data, "epoch 2\n");
+  EXPECT_EQ(running.size, 16u);
+  EXPECT_FALSE(running.finished);
+  EXPECT_TRUE(running.error.empty());
+  EXPECT_TRUE(answer_log_request(req, path, false).finished);
+  auto missing = answer_log_request(req, dir.file("rank-2.log"), false);
+  EXPECT_EQ(missing.error, "no log for job 7 rank 1 on this node");
+  EXPECT_TRUE(missing.data.empty());
+}
+
+// Reaps every child that exited (the test stands in for the agent, a subreaper).
+void reap_children() {
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+TEST(AttemptSweep, KillsWhatIsLeftInTheGroupsAndWhatLeftThemThenFindsNothingLeft) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  testing::TempDir dir;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ProcessSpec spec;
+  // A rank that left a process in its group and one in a session of its own (found only
+  // by its environment), then says so and waits.
+  spec.argv = {"/bin/sh", "-c", "setsid sleep 60 & echo $! > " + dir.file("escaped.pid") +
+                                    "; sleep 60 & echo ready; exec sleep 60"};
+  spec.envp = {"PATH=/usr/bin:/bin", "CORRAL_JOB_ID=981", "CORRAL_ATTEMPT=1", "CORRAL_AGENT_ID=sweep-agent"};
+  spec.log_path = dir.file("rank.log");
+  spec.stdout_fd = ready[1];
+  auto pid = spawn(spec);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message();
+  ::close(ready[1]);
+  char line[16] = {};
+  ASSERT_GT(::read(ready[0], line, sizeof(line)), 0);
+  ::close(ready[0]);
+  pid_t escaped = 0;
+  std::ifstream(dir.file("escaped.pid")) >> escaped;
+  ASSERT_GT(escaped, 0);
+  ASSERT_TRUE(testing::eventually([&] { return attempt_processes(981, 1, "sweep-agent").size() == 3; }, 5s))
+      << "the rank, its child and the escaped process all carry the attempt's environment";
+
+  net::EventLoop loop;
+  net::BlockingWork work(loop, 1, "sweep-test");
+  std::optional<std::string> left;
+  int looks = 0;
+  AttemptSweep sweep(
+      loop, work, {981, 1, "sweep-agent", {*pid}, "/proc"},
+      [&] {
+        ++looks;
+        reap_children();
+      },
+      [&](std::string l) {
+        left = std::move(l);
+        loop.stop();
+      });
+  sweep.start();
+  loop.run();
+  ASSERT_TRUE(left.has_value());
+  EXPECT_EQ(*left, "");
+  EXPECT_GE(looks, 2) << "the first look found the group and the escaped process";
+  EXPECT_FALSE(group_alive(*pid));
+  EXPECT_FALSE(testing::running(escaped));
+  EXPECT_TRUE(attempt_processes(981, 1, "sweep-agent").empty());
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+  reap_children();
+}
+
+TEST(AttemptSweep, WhatSurvivesEveryLookIsReportedAndADestroyedSweepAnswersNobody) {
+  // A procfs tree naming a pid that no process has: "killed" at every look, never gone.
+  int max = 0;
+  std::ifstream("/proc/sys/kernel/pid_max") >> max;
+  pid_t ghost = max - 1;
+  while (ghost > 1000 && std::filesystem::exists("/proc/" + std::to_string(ghost))) --ghost;
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() / std::to_string(ghost));
+  std::string env = std::string("CORRAL_JOB_ID=982") + '\0' + "CORRAL_ATTEMPT=3" + '\0' + "CORRAL_AGENT_ID=a1" + '\0';
+  std::ofstream(dir.path() / std::to_string(ghost) / "environ") << env;
+
+  net::EventLoop loop;
+  net::BlockingWork work(loop, 1, "sweep-test");
+  std::optional<std::string> left;
+  int looks = 0;
+  AttemptSweep sweep(
+      loop, work, {982, 3, "a1", {}, dir.path().string()}, [&] { ++looks; },
+      [&](std::string l) {
+        left = std::move(l);
+        loop.stop();
+      });
+  sweep.start();
+  loop.run();
+  ASSERT_TRUE(left.has_value());
+  EXPECT_EQ(*left, "pid " + std::to_string(ghost));
+  EXPECT_EQ(looks, AttemptSweep::kTries);
+
+  bool called = false;
+  auto gone = std::make_unique<AttemptSweep>(loop, work, SweepTarget{982, 3, "a1", {}, dir.path().string()},
+                                             nullptr, [&](std::string) { called = true; });
+  gone->start();
+  gone.reset();
+  // The one worker thread answers in order: once this comes back, so has the sweep's look.
+  work.run([] {}, [&] { loop.stop(); });
+  loop.run();
+  EXPECT_FALSE(called);
 }
 
 }  // namespace

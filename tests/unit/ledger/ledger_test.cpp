@@ -84,6 +84,16 @@ class LedgerTest : public ::testing::Test {
     EXPECT_EQ(state(id), JobState::Running);
     return id;
   }
+  // Both nodes joined; a 2 x 2 job ran, every rank exited 0 and both agents confirmed.
+  void completed_two_by_two(model::JobId& id) {
+    join("a", hello("a", 2));
+    join("b", hello("b", 2));
+    id = running_two_by_two();
+    for (int r = 0; r < 4; ++r) say(r < 2 ? "a" : "b", protocol::RankExited{id, 0, r, 0, 0, "", false});
+    say("a", protocol::AttemptGone{id, 0});
+    say("b", protocol::AttemptGone{id, 0});
+    ASSERT_EQ(state(id), JobState::Completed);
+  }
   JobState state(model::JobId id) {
     auto rec = store_.job(id);
     return rec && *rec ? (*rec)->state : JobState::Pending;
@@ -122,6 +132,99 @@ TEST_F(LedgerTest, ACompletedJobHoldsItsGpusUntilEveryNodeConfirmsItsRanksGone) 
   EXPECT_EQ(state(id), JobState::Completed);
   EXPECT_EQ(ended_, std::vector<model::JobId>{id});
   EXPECT_FALSE(ledger_->scheduler().gpu_holder("a", 0).has_value());
+}
+
+// How many UpdateJob of `id` a list of changes holds, and the last one's record.
+std::pair<int, std::optional<store::JobRecord>> updates_of(const std::vector<store::Change>& changes,
+                                                           model::JobId id) {
+  std::pair<int, std::optional<store::JobRecord>> out{0, std::nullopt};
+  for (const auto& c : changes) {
+    for (const auto& m : c.mutations) {
+      if (const auto* u = std::get_if<store::UpdateJob>(&m); u != nullptr && u->job.id == id) {
+        ++out.first;
+        out.second = u->job;
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(LedgerTest, RankReportsLeaveOneWriteOfTheLatestRecordPerBatchWhenDeferred) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = submit(2, 2);
+  say("a", protocol::PrepareResult{id, 0, true, false, "", "", 29500});
+  // Three ranks start, each its own report and its own take, as the coordinator does.
+  std::vector<store::Change> taken;
+  for (int r = 0; r < 3; ++r) {
+    ledger_->agent_message(r < 2 ? "a" : "b", protocol::RankStarted{id, 0, r, 100 + r}, now_);
+    Effects e = ledger_->take(/*defer_rank_records=*/true);
+    for (auto& c : e.changes) taken.push_back(std::move(c));
+  }
+  EXPECT_EQ(updates_of(taken, id).first, 0) << "a rank's pid copied the record at once";
+  EXPECT_TRUE(ledger_->rank_records_due());
+  auto records = ledger_->take_rank_records();
+  auto [writes, record] = updates_of(records, id);
+  EXPECT_EQ(writes, 1);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->ranks[0].pid, 100);
+  EXPECT_EQ(record->ranks[2].pid, 102);
+  EXPECT_EQ(record->ranks[3].pid, 0);
+  EXPECT_FALSE(ledger_->rank_records_due());
+  EXPECT_TRUE(ledger_->take_rank_records().empty());
+  for (const auto& r : store_.commit(taken)) ASSERT_TRUE(r.has_value());
+  for (const auto& r : store_.commit(records)) ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*store_.job(id))->ranks[2].pid, 102);
+  // The last rank starts the job: STARTING -> RUNNING is written whole, ranks and all, and
+  // leaves no second write behind.
+  ledger_->agent_message("b", protocol::RankStarted{id, 0, 3, 103}, now_);
+  Effects e = ledger_->take(true);
+  auto [full, running] = updates_of(e.changes, id);
+  EXPECT_EQ(full, 1);
+  ASSERT_TRUE(running.has_value());
+  EXPECT_EQ(running->state, JobState::Running);
+  EXPECT_EQ(running->ranks[3].pid, 103);
+  EXPECT_FALSE(ledger_->rank_records_due());
+}
+
+TEST_F(LedgerTest, ARankRecordNotYetWrittenIsWrittenWhenItsEndedJobIsLetGo) {
+  model::JobId id = 0;
+  ASSERT_NO_FATAL_FAILURE(completed_two_by_two(id));
+  // A report about the ended job's ranks that came late (a start, repeated), left for the
+  // batch, and the window passes before the batch is written: the ledger writes it as it
+  // lets the job go.
+  ledger_->agent_message("a", protocol::RankStarted{id, 0, 1, 999}, now_);
+  (void)ledger_->take(true);
+  ASSERT_TRUE(ledger_->rank_records_due());
+  now_ += 2min;
+  ledger_->tick(now_);
+  EXPECT_EQ(ledger_->any_job(id), nullptr);
+  Effects after = ledger_->take(true);
+  EXPECT_FALSE(ledger_->rank_records_due());
+  auto [writes, record] = updates_of(after.changes, id);
+  EXPECT_EQ(writes, 1);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, JobState::Completed);
+  EXPECT_EQ(record->ranks[1].pid, 999);
+}
+
+TEST_F(LedgerTest, AnEndedJobIsKeptAMinuteForLateReportsThenLeftToTheStore) {
+  model::JobId id = 0;
+  ASSERT_NO_FATAL_FAILURE(completed_two_by_two(id));
+  ASSERT_NE(ledger_->any_job(id), nullptr);
+  now_ += 59s;
+  ledger_->tick(now_);
+  commit();
+  EXPECT_NE(ledger_->any_job(id), nullptr) << "forgotten before late reports could come";
+  now_ += 2s;
+  ledger_->tick(now_);
+  commit();
+  EXPECT_EQ(ledger_->any_job(id), nullptr) << "an ended job stays in memory for good";
+  // A report that comes later still changes nothing, and nothing breaks.
+  say("a", protocol::RankExited{id, 0, 0, 1, 0, "exited with code 1", false});
+  say("a", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::Completed);
+  EXPECT_EQ(ledger_->any_job(id), nullptr);
 }
 
 TEST_F(LedgerTest, ReportsHeldBackThroughARestartAreAppliedBeforeAnyRankIsJudged) {
@@ -319,6 +422,37 @@ TEST_F(DependencyTest, AnArrayIsOneCommitOfJobsInARowAndItsLimitHoldsTheRestBack
   EXPECT_EQ(running(), 2);
   EXPECT_EQ(state(s->ids[2]), JobState::Starting);
   EXPECT_EQ(ledger_->array_elements(s->id).size(), 9u);
+}
+
+TEST_F(DependencyTest, AnArraysElementsKeepItsLimitButNotEachACopyOfItsIndices) {
+  join("a", hello("a", 4));
+  std::string text = "name: sweep\ncommand: \"true\"\nresources: {gpus_per_node: 1}\narray: \"0-9999%3\"\n";
+  auto spec = model::parse_job_spec(text, "t.yaml");
+  ASSERT_TRUE(spec.has_value());
+  auto s = ledger_->submit("alice", *spec, text, now_);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->ids.size(), 10000u);
+  ASSERT_TRUE(store_.commit(s->change).has_value());
+  auto kept = [&](model::JobId id) {
+    const auto* job = ledger_->live_job(id);
+    EXPECT_NE(job, nullptr);
+    EXPECT_TRUE(job && job->spec.array.has_value());
+    return job && job->spec.array ? job->spec.array->indices.size() : 1u;
+  };
+  // 10,000 indices in each of 10,000 elements, twice, held 800 MB.
+  EXPECT_EQ(kept(s->ids.front()), 0u);
+  EXPECT_EQ(kept(s->ids.back()), 0u);
+  ledger_->schedule(now_);
+  commit();
+  EXPECT_EQ(pending_reason(s->ids[5]), "JobArrayTaskLimit: array " + std::to_string(s->id) + " runs 3 elements at once");
+  // Reloaded from the store the same way, and the limit still holds.
+  auto snap = store_.load();
+  ASSERT_TRUE(snap.has_value());
+  ledger_ = std::make_unique<Ledger>(config_);
+  ASSERT_TRUE(ledger_->restore(*snap, now_, [this](model::JobId id) { return stored_state(id); }).has_value());
+  commit();
+  EXPECT_EQ(kept(s->ids.back()), 0u);
+  EXPECT_EQ(ledger_->live_job(s->ids.back())->spec.array->max_running, 3);
 }
 
 TEST_F(DependencyTest, ADependencyOnAnArraysIdWaitsForEveryElement) {

@@ -274,6 +274,37 @@ TEST_F(NetTest, WebSocketNeedsAClientCertificateAndEchoesWithIt) {
   EXPECT_EQ(got[0], "echo:hello:gpu-a");
 }
 
+TEST_F(NetTest, AnAgentLinkWithACertificateFromAnotherCaFailsSayingWhyNotWithAStatusNeverSent) {
+  // With TLS 1.3 the client's handshake is done before the server judged its certificate:
+  // the verdict comes as an alert on the first read, the WebSocket upgrade's.
+  ASSERT_TRUE(create_ca(dir_.file("other.pem"), dir_.file("other.key"), "someone else").has_value());
+  ASSERT_TRUE(issue_certificate(dir_.file("other.pem"), dir_.file("other.key"), dir_.file("rogue.pem"),
+                                dir_.file("rogue.key"), {"gpu-a", {}, false, true})
+                  .has_value());
+  EventLoop client_loop;
+  bool opened = false;
+  std::string closed_reason;
+  WsClientOptions opts;
+  opts.url = url_;
+  opts.tls = {dir_.file("ca.pem"), dir_.file("rogue.pem"), dir_.file("rogue.key")};
+  WsClient ws(client_loop, opts,
+              {[&] {
+                 opened = true;
+                 client_loop.stop();
+               },
+               [](std::string) {},
+               [&](std::string reason) {
+                 closed_reason = std::move(reason);
+                 client_loop.stop();
+               }});
+  ws.connect();
+  client_loop.run();
+  EXPECT_FALSE(opened);
+  EXPECT_EQ(closed_reason.find("HTTP"), std::string::npos) << closed_reason;
+  // "tlsv1 alert unknown ca": the coordinator does not know who issued our certificate.
+  EXPECT_NE(closed_reason.find("unknown ca"), std::string::npos) << closed_reason;
+}
+
 TEST(HttpTypes, ParsesTargetsAndUrls) {
   std::string path;
   std::map<std::string, std::string> q;

@@ -116,6 +116,50 @@ TEST_F(ApiTest, OnlyTheOwnerOrAnAdminCancelsAndTheEndSaysWhoInWords) {
   EXPECT_EQ(store_.job(std::stoll(id)).value()->state, model::JobState::Cancelled);
 }
 
+TEST_F(ApiTest, CancellingAnArrayOfMoreElementsThanTheLedgerKeepsEndedAnswersWithItsFirstElement) {
+  // 5,000 pending elements end at once: more than the 4,096 ended jobs kept in memory,
+  // so the first is gone from it before the answer is written (it was a null pointer).
+  std::string spec = std::string(kSpec) + "array: \"0-4999\"\n";
+  auto r = call("POST", "/v1/jobs", Json{{"spec", spec}}.dump());
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto id = Json::parse(r.body)["id"].get<model::JobId>();
+  auto cancelled = call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel");
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body;
+  auto j = Json::parse(cancelled.body);
+  EXPECT_EQ(j["id"], id);
+  EXPECT_EQ(j["state"], "CANCELLED");
+  EXPECT_EQ(j["array_cancelled"].size(), 5000u);
+  EXPECT_EQ(store_.job(id + 4999).value()->state, model::JobState::Cancelled);
+
+  // An array whose first element ended before: shown as it ended, the rest cancelled.
+  r = call("POST", "/v1/jobs", Json{{"spec", std::string(kSpec) + "array: \"0-2\"\n"}}.dump());
+  ASSERT_EQ(r.status, 201) << r.body;
+  id = Json::parse(r.body)["id"].get<model::JobId>();
+  // 42_0 is element 0 alone, as scancel reads it; 42 then is the rest.
+  auto first = call("POST", "/v1/jobs/" + std::to_string(id) + "_0/cancel");
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(Json::parse(first.body).contains("array_cancelled")) << first.body;
+  EXPECT_EQ(store_.job(id + 1).value()->state, model::JobState::Pending);
+  cancelled = call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel");
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body;
+  j = Json::parse(cancelled.body);
+  EXPECT_EQ(j["id"], id);
+  EXPECT_EQ(j["state"], "CANCELLED");
+  EXPECT_EQ(j["array_cancelled"], Json::array({id + 1, id + 2}));
+
+  // In one request too: "ID_0" is the element, a filter's match is the job it matched.
+  r = call("POST", "/v1/jobs", Json{{"spec", std::string(kSpec) + "array: \"0-2\"\n"}}.dump());
+  ASSERT_EQ(r.status, 201) << r.body;
+  id = Json::parse(r.body)["id"].get<model::JobId>();
+  auto bulk = call("POST", "/v1/jobs/cancel", Json{{"ids", Json::array({std::to_string(id) + "_0"})}}.dump());
+  ASSERT_EQ(bulk.status, 200) << bulk.body;
+  EXPECT_EQ(Json::parse(bulk.body)["cancelled"].size(), 1u) << bulk.body;
+  EXPECT_EQ(store_.job(id + 1).value()->state, model::JobState::Pending);
+  bulk = call("POST", "/v1/jobs/cancel", Json{{"ids", Json::array({id + 1})}}.dump());
+  EXPECT_EQ(Json::parse(bulk.body)["cancelled"].size(), 1u) << bulk.body;  // an element's own id
+  EXPECT_EQ(store_.job(id + 2).value()->state, model::JobState::Pending);
+}
+
 TEST_F(ApiTest, TheBearerSchemeIsCaseInsensitiveAndTwoAuthorizationHeadersAreRefused) {
   net::HttpRequest r;
   r.method = "GET";

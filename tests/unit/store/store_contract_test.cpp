@@ -7,6 +7,7 @@
 
 #include "coordinator/store/memory_store.hpp"
 #include "coordinator/store/sqlite_store.hpp"
+#include "coordinator/store/store_rules.hpp"
 #include "tests/unit/store/temp_dir.hpp"
 
 namespace corral::store {
@@ -819,6 +820,61 @@ TYPED_TEST(StoreContract, LaterChangeInABatchSeesEarlierOnes) {
   EXPECT_TRUE(results[1].has_value());
   ASSERT_FALSE(results[2].has_value());
   EXPECT_EQ(results[2].error().code(), ErrorCode::Conflict);
+}
+
+// Two rank reports of one gang: each updates the job and logs an event. Folded, they
+// are one write that leaves the record, the events and the holds both in turn would.
+TYPED_TEST(StoreContract, TwoUpdatesOfOneJobFoldedLeaveWhatBothInTurnWould) {
+  model::Allocation two{{{"gpu-a", {0}}, {"gpu-b", {0}}}, "10.0.0.1", 29500};
+  JobRecord job = running(1, two);
+  job.state = JobState::Starting;
+  job.ranks = {{0, "gpu-a", 0, {0}, {}, 0, model::RankState::Pending, std::nullopt, std::nullopt},
+               {1, "gpu-b", 0, {0}, {}, 0, model::RankState::Pending, std::nullopt, std::nullopt}};
+  this->insert(job);
+  JobRecord first = job;
+  first.ranks[0].pid = 10;
+  first.ranks[0].state = model::RankState::Running;
+  JobRecord second = first;
+  second.ranks[1].pid = 11;
+  second.ranks[1].state = model::RankState::Running;
+  second.state = JobState::Running;
+  Change into = change(UpdateJob{first}, AppendEvent{event(1, 5, "rank 0 started")});
+  Change next = change(UpdateJob{second}, AppendEvent{event(1, 6, "rank 1 started")},
+                       AppendEvent{event(1, 7, "STARTING -> RUNNING")});
+  ASSERT_TRUE(fold_job_update(into, next));
+  EXPECT_TRUE(next.mutations.empty());
+  ASSERT_EQ(into.mutations.size(), 4u);
+  this->commit_ok(into);
+  EXPECT_EQ(this->read(1), second);
+  std::vector<std::string> texts;
+  for (const auto& e : this->events_of(1)) texts.push_back(e.text);
+  EXPECT_EQ(texts, (std::vector<std::string>{"rank 0 started", "rank 1 started", "STARTING -> RUNNING"}));
+  // The folded record's holds are in place: gpu-b's GPU is not free.
+  auto taken = this->store_->commit(change(InsertJob{running(2, alloc("gpu-b", {0}, "10.0.0.2", 29500))}));
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_THAT(taken.error().message(), HasSubstr("held by job 1"));
+}
+
+TEST(StoreRules, ChangesOfTwoJobsOrOfMoreThanOneJobDoNotFold) {
+  JobRecord a = pending(1);
+  JobRecord b = pending(2);
+  auto unfolded = [](Change into, Change next) {
+    const Change before_into = into;
+    const Change before_next = next;
+    bool folded = fold_job_update(into, next);
+    // Nothing moved.
+    return !folded && into.mutations.size() == before_into.mutations.size() &&
+           next.mutations.size() == before_next.mutations.size();
+  };
+  EXPECT_TRUE(unfolded(change(UpdateJob{a}), change(UpdateJob{b})));
+  // An event of another job rides along: the change is not job 1's alone.
+  EXPECT_TRUE(unfolded(change(UpdateJob{a}, AppendEvent{event(2, 1, "x")}), change(UpdateJob{a})));
+  EXPECT_TRUE(unfolded(change(UpdateJob{a}), change(UpdateJob{a}, UpdateJob{b})));
+  // An insert is not an update, nor an event alone, nor a node.
+  EXPECT_TRUE(unfolded(change(InsertJob{a}), change(UpdateJob{a})));
+  EXPECT_TRUE(unfolded(change(AppendEvent{event(1, 1, "x")}), change(UpdateJob{a})));
+  EXPECT_TRUE(unfolded(change(UpdateJob{a}), change(UpsertNode{node("gpu-a", 1)})));
+  EXPECT_TRUE(unfolded(change(), change(UpdateJob{a})));
 }
 
 TYPED_TEST(StoreContract, UserChangesInAFailingChangeOfABatchAreRolledBackWithIt) {

@@ -1,0 +1,108 @@
+#include "agent/coordinator_link.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "common/net/event_loop.hpp"
+#include "common/protocol/codec.hpp"
+
+namespace corral::agent {
+
+namespace {
+constexpr Duration kFirstBackoff = std::chrono::milliseconds(100);
+}  // namespace
+
+CoordinatorLink::CoordinatorLink(net::EventLoop& loop, net::WsClientOptions options, Duration max_backoff,
+                                 Handlers handlers)
+    : loop_(loop),
+      url_(options.url),
+      max_backoff_(max_backoff),
+      handlers_(std::move(handlers)),
+      backoff_(kFirstBackoff),
+      reconnect_timer_(std::make_unique<net::Timer>(loop)),
+      heartbeat_timer_(std::make_unique<net::Timer>(loop)) {
+  ws_ = std::make_unique<net::WsClient>(loop_, std::move(options),
+                                        net::WsClient::Handlers{[this] { on_open(); },
+                                                                [this](std::string m) { on_text(std::move(m)); },
+                                                                [this](std::string why) { on_close(why); }});
+}
+
+CoordinatorLink::~CoordinatorLink() { stop(); }
+
+void CoordinatorLink::start() {
+  stopping_ = false;
+  connect();
+}
+
+void CoordinatorLink::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  welcomed_ = false;
+  heartbeat_timer_->cancel();
+  reconnect_timer_->cancel();
+  ws_->close();
+}
+
+void CoordinatorLink::connect() {
+  if (stopping_) return;
+  welcomed_ = false;
+  ws_->connect();
+}
+
+void CoordinatorLink::on_open() {
+  backoff_ = kFirstBackoff;
+  protocol::Hello hello = handlers_.hello();
+  ws_->send(protocol::encode(protocol::AgentMessage(hello)));
+  spdlog::info("connected to {}; said hello with {} running rank(s)", url_, hello.running.size());
+}
+
+void CoordinatorLink::on_text(std::string text) {
+  auto decoded = protocol::decode_coordinator_message(text);
+  if (!decoded) {
+    spdlog::warn("bad message from the coordinator: {}", decoded.error().message());
+    return;
+  }
+  if (const auto* welcome = std::get_if<protocol::Welcome>(&*decoded)) return on_welcome(*welcome);
+  if (const auto* ack = std::get_if<protocol::Ack>(&*decoded)) return outbox_.acknowledged(ack->received);
+  handlers_.message(std::move(*decoded));
+}
+
+void CoordinatorLink::on_welcome(const protocol::Welcome& m) {
+  welcomed_ = true;
+  spdlog::info("welcomed by the coordinator; heartbeat every {} ms, {} message(s) held back to send",
+               m.heartbeat_interval_ms, outbox_.held());
+  heartbeat_timer_->start_repeating(std::chrono::milliseconds(m.heartbeat_interval_ms),
+                                    [this] { send(protocol::Heartbeat{}); });
+  for (auto& text : outbox_.release()) ws_->send(std::move(text));
+  handlers_.welcomed();
+}
+
+void CoordinatorLink::on_close(const std::string& reason) {
+  welcomed_ = false;
+  // What the coordinator did not acknowledge may not have reached it: sent again, first,
+  // on the next connection.
+  outbox_.link_lost();
+  heartbeat_timer_->cancel();
+  if (stopping_) return;
+  static thread_local std::mt19937 rng(std::random_device{}());
+  auto jitter = std::uniform_int_distribution<long>(0, backoff_.count() / 2)(rng);
+  Duration wait = backoff_ + Duration(jitter);
+  spdlog::warn("link to the coordinator down ({}); retrying in {} ms", reason,
+               std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+  backoff_ = std::min<Duration>(backoff_ * 2, max_backoff_);
+  reconnect_timer_->start(wait, [this] { connect(); });
+}
+
+void CoordinatorLink::send(const protocol::AgentMessage& message) {
+  std::string text = protocol::encode(message);
+  bool report = protocol::is_report(message);
+  if (welcomed_ && ws_->open()) {
+    if (report) outbox_.sent(text);
+    ws_->send(std::move(text));
+    return;
+  }
+  if (report) outbox_.hold(std::move(text));
+}
+
+}  // namespace corral::agent

@@ -1,0 +1,72 @@
+#pragma once
+// CoordinatorLink: the agent's one WebSocket to the coordinator. It dials (the agent may
+// be behind NAT), says Hello, and once welcomed sends a heartbeat every interval the
+// coordinator asked for. Reports (protocol::is_report) are kept in an Outbox until the
+// coordinator acknowledges them, so a report sent on a link that then drops, or made
+// while no link was up, is sent first on the next one. A lost link is dialled again with
+// an exponential backoff and jitter, so a restarted coordinator is not hit by every agent
+// at once. Welcome and Ack are handled here; every other message goes to the agent.
+// Lives on the agent's loop; nothing here waits.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "agent/outbox.hpp"
+#include "common/core/time.hpp"
+#include "common/net/ws_client.hpp"
+#include "common/protocol/messages.hpp"
+
+namespace corral::net {
+class EventLoop;
+class Timer;
+}  // namespace corral::net
+
+namespace corral::agent {
+
+class CoordinatorLink {
+ public:
+  struct Handlers {
+    // The Hello to say on each new connection (it lists the ranks running now).
+    std::function<protocol::Hello()> hello;
+    // Welcomed: what was held back is on its way and heartbeats run.
+    std::function<void()> welcomed;
+    // Every message but Welcome and Ack.
+    std::function<void(protocol::CoordinatorMessage)> message;
+  };
+  CoordinatorLink(net::EventLoop& loop, net::WsClientOptions options, Duration max_backoff, Handlers handlers);
+  ~CoordinatorLink();
+  CoordinatorLink(const CoordinatorLink&) = delete;
+  CoordinatorLink& operator=(const CoordinatorLink&) = delete;
+
+  void start();
+  // Closes the link for good: no reconnect, no heartbeat.
+  void stop();
+  // A report is kept until acknowledged; anything else is sent only on a welcomed link
+  // (heartbeats, log data and Synced matter on this connection alone).
+  void send(const protocol::AgentMessage& message);
+
+  bool welcomed() const { return welcomed_; }
+  std::size_t unacknowledged() const { return outbox_.held() + outbox_.unacknowledged(); }
+
+ private:
+  void connect();
+  void on_open();
+  void on_text(std::string text);
+  void on_close(const std::string& reason);
+  void on_welcome(const protocol::Welcome& m);
+
+  net::EventLoop& loop_;
+  std::string url_;
+  Duration max_backoff_;
+  Handlers handlers_;
+  Outbox outbox_;
+  bool welcomed_ = false;
+  bool stopping_ = false;
+  Duration backoff_;
+  std::unique_ptr<net::Timer> reconnect_timer_;
+  std::unique_ptr<net::Timer> heartbeat_timer_;
+  std::unique_ptr<net::WsClient> ws_;  // last: destroyed first, so no callback comes late
+};
+
+}  // namespace corral::agent
