@@ -142,7 +142,7 @@ def main():
                 rows.append(("coordinator RSS MB", f"{rss_mb(coord):9.1f}", ""))
 
             if "nodes" in want:
-                nodes_cli, nodes_http, nodes_raw = [], [], []
+                nodes_cli, nodes_gpus, nodes_http, nodes_raw = [], [], [], []
                 c.get("/v1/nodes")  # a kept-alive connection (the server closed the idle one)
                 conn = c._conn()
                 for _ in range(args.runs):
@@ -150,13 +150,18 @@ def main():
                     subprocess.run([cli, "nodes"], env=env, check=True, stdout=subprocess.DEVNULL)
                     nodes_cli.append((time.perf_counter() - t) * 1000)
                     t = time.perf_counter()
+                    subprocess.run([cli, "nodes", "--gpus"], env=env, check=True, stdout=subprocess.DEVNULL)
+                    nodes_gpus.append((time.perf_counter() - t) * 1000)
+                    t = time.perf_counter()
                     conn.request("GET", "/v1/nodes", headers={"Authorization": "Bearer " + c.token})
                     raw = conn.getresponse().read()
                     nodes_raw.append((time.perf_counter() - t) * 1000)
                     listed = json.loads(raw)
                     nodes_http.append((time.perf_counter() - t) * 1000)
                 assert len(listed) == args.nodes
-                rows.append(("`corral nodes` ms", summary(nodes_cli), f"{args.nodes} rows"))
+                rows.append(("`corral nodes` ms", summary(nodes_cli), f"{args.nodes} lines"))
+                rows.append(("`corral nodes --gpus` ms", summary(nodes_gpus),
+                             f"{args.nodes} nodes and their GPUs' lines"))
                 rows.append(("GET /v1/nodes ms, bytes received", summary(nodes_raw), f"{len(raw) / 1e6:.1f} MB"))
                 rows.append(("GET /v1/nodes ms, parsed (Python)", summary(nodes_http), ""))
 

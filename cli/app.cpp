@@ -215,7 +215,9 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
   show->add_flag("--json", show_opts.json, "Print the coordinator's JSON");
 
   bool nodes_json = false;
-  auto* nodes = app.add_subcommand("nodes", "List nodes and their GPUs");
+  bool nodes_gpus = false;
+  auto* nodes = app.add_subcommand("nodes", "List nodes: a line each, or their GPUs too");
+  nodes->add_flag("--gpus,-g", nodes_gpus, "Under each node, a line per GPU and the job holding it");
   nodes->add_flag("--json", nodes_json, "Print the coordinator's JSON list");
   NodeOptions clear_opts;
   nodes->add_option("--clear", clear_opts.node,
@@ -325,7 +327,7 @@ int run_app(const std::vector<std::string>& all_args, AppContext& ctx) {
     clear_opts.json = nodes_json;
     return run_clear(cc, clear_opts);
   }
-  if (*nodes) return run_nodes(cc, nodes_json);
+  if (*nodes) return run_nodes(cc, nodes_json, nodes_gpus);
   if (*cancel) return run_cancel(cc, cancel_opts);
   if (*wait) return run_wait(cc, wait_opts);
   if (*logs) return run_logs(cc, logs_opts);

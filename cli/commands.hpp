@@ -144,7 +144,7 @@ int run_queue(CommandContext& ctx, const QueueOptions& options);
 int run_show(CommandContext& ctx, const JobOptions& options);
 int run_history(CommandContext& ctx, const HistoryOptions& options);
 int run_usage(CommandContext& ctx, const UsageOptions& options);
-int run_nodes(CommandContext& ctx, bool json);
+int run_nodes(CommandContext& ctx, bool json, bool gpus);
 int run_cancel(CommandContext& ctx, const CancelOptions& options);
 // 0 when the job ends COMPLETED; 1 on any other end state or on timeout.
 int run_wait(CommandContext& ctx, const WaitOptions& options);

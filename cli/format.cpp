@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/core/strings.hpp"
+#include "common/model/inventory.hpp"
 #include "common/model/job_array.hpp"
 
 namespace corral::cli {
@@ -320,6 +321,24 @@ std::string format_job(const JobInfo& job, TimePoint now) {
     for (const auto& e : job.events) out += "  " + cell(e.at) + "  " + clean(e.text) + "\n";
   }
   return out;
+}
+
+std::string format_node_summary(const std::vector<NodeInfo>& nodes) {
+  Table table({"NAME", "STATE", "GPUS", "USED", "CLASS", "ADDRESS", "SIMULATED", "REASON"});
+  for (const auto& n : nodes) {
+    int gpus = 0;
+    int used = 0;
+    std::vector<std::string> classes;
+    for (const auto& c : n.gpu_classes) {
+      gpus += c.count;
+      used += c.used;
+      std::string text = clean(model::GpuClass{c.name, c.memory_mib, c.driver}.to_string());
+      classes.push_back(n.gpu_classes.size() == 1 ? text : std::to_string(c.count) + " × " + text);
+    }
+    table.add({cell(n.name), cell(n.state), std::to_string(gpus), std::to_string(used), cell(join(classes, "; ")),
+               cell(n.address), n.simulated ? "yes" : "no", cell(n.reason)});
+  }
+  return table.render();
 }
 
 std::string format_nodes(const std::vector<NodeInfo>& nodes) {

@@ -38,7 +38,10 @@ std::string format_usage(const UsageInfo& usage);
 // corral stack: each rank's report under a header naming it and its node.
 std::string format_stacks(const std::vector<RankStackInfo>& ranks);
 std::string format_job(const JobInfo& job, TimePoint now);
-// A line per node and, under it, a line per GPU.
+// A line per node, from a listing by class: its state, how many GPUs it has and how many a
+// job holds, their class.
+std::string format_node_summary(const std::vector<NodeInfo>& nodes);
+// A line per node and, under it, a line per GPU (`corral nodes --gpus`).
 std::string format_nodes(const std::vector<NodeInfo>& nodes);
 // Where a dry run would start the job, or why it would wait.
 std::string format_dry_run(const DryRunInfo& dry_run);

@@ -194,6 +194,20 @@ NodeInfo read_node(const Json& j, const std::string& path, JsonReader& parent) {
       r.absorb(g);
     }
   }
+  if (const Json* classes = r.array("gpu_classes", kMaxItems, false)) {
+    for (std::size_t i = 0; i < classes->size(); ++i) {
+      JsonReader c((*classes)[i], r.item_path("gpu_classes", i));
+      GpuClassInfo cls;
+      cls.name = text(c, "name");
+      cls.memory_mib = c.i64("memory_mib", 0, std::numeric_limits<std::int64_t>::max(), 0);
+      cls.driver = text(c, "driver");
+      cls.cuda = text(c, "cuda");
+      cls.count = c.i32("count", 0, static_cast<int>(kMaxInt), 0);
+      cls.used = c.i32("used", 0, static_cast<int>(kMaxInt), 0);
+      n.gpu_classes.push_back(std::move(cls));
+      r.absorb(c);
+    }
+  }
   parent.absorb(r);
   return n;
 }

@@ -94,6 +94,16 @@ struct GpuInfo {
   std::optional<std::int64_t> job;
 };
 
+// A node's GPUs of one class, as GET /v1/nodes?gpus=classes lists them.
+struct GpuClassInfo {
+  std::string name;
+  std::int64_t memory_mib = 0;
+  std::string driver;
+  std::string cuda;
+  int count = 0;
+  int used = 0;  // held by a job
+};
+
 struct NodeInfo {
   std::string name;
   std::string address;
@@ -105,6 +115,7 @@ struct NodeInfo {
   std::string driver;
   std::string cuda;
   std::vector<GpuInfo> gpus;
+  std::vector<GpuClassInfo> gpu_classes;  // instead of gpus, in a listing by class
 };
 
 struct DryRunInfo {

@@ -460,6 +460,8 @@ bool counts_as_report(std::string_view text) {
   return std::find(std::begin(kNotReports), std::end(kNotReports), type) == std::end(kNotReports);
 }
 
+bool is_encoded_heartbeat(std::string_view text) { return text == R"({"type":"heartbeat"})"; }
+
 Result<AgentMessage> decode_agent_message(std::string_view text) {
   auto j = parse_json(text, kMaxMessageBytes);
   if (!j) return std::unexpected(j.error());

@@ -21,6 +21,10 @@ std::string_view type_name(const AgentMessage& message);
 // Whether an agent message that did not decode is one the agent counts as a report
 // (is_report), going by its "type"; true when even that cannot be read.
 bool counts_as_report(std::string_view text);
+// Whether `text` is a heartbeat exactly as encode() writes it: the message a coordinator
+// gets most (one per node and second), read without building its JSON. Another spelling
+// of a heartbeat decodes as any message does.
+bool is_encoded_heartbeat(std::string_view text);
 std::string_view type_name(const CoordinatorMessage& message);
 
 }  // namespace corral::protocol

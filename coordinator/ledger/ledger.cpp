@@ -705,10 +705,21 @@ void Ledger::tick(TimePoint now) {
     if (Job* job = live(id)) check_rendezvous(*job);
   }
   // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
+  // Heartbeats only move a link's last_seen on, so no link falls silent before the
+  // earliest deadline the last walk saw, unless a link was added since (or came back from
+  // lost, which agent_hello says): 2,000 links are walked every few seconds, not 4 times a
+  // second.
+  if (now < next_silence_check_ && links_.size() == links_at_silence_check_) return;
+  next_silence_check_ = TimePoint::max();
+  links_at_silence_check_ = links_.size();
   for (auto& [name, link] : links_) {
     // (The time first: looking each of 2,000 nodes up by name, 4 times a second, was 6 %
     // of an idle coordinator's CPU samples.)
-    if (link.lost || now - link.last_seen <= config_.node_timeout) continue;
+    if (link.lost) continue;
+    if (now - link.last_seen <= config_.node_timeout) {
+      next_silence_check_ = std::min(next_silence_check_, link.last_seen + config_.node_timeout);
+      continue;
+    }
     const auto* node = scheduler_.node(name);
     if (node == nullptr || node->state == model::NodeState::Down) continue;
     std::string reason = link.connected ? "no heartbeat for " + format_duration(now - link.last_seen)
@@ -719,6 +730,7 @@ void Ledger::tick(TimePoint now) {
 }
 
 void Ledger::node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions) {
+  next_silence_check_ = {};  // a node that changed state may be one tick's walk skipped
   out_.changes.push_back({{store::UpsertNode{node}}});
   apply(decisions);
   out_.pass_wanted = true;
@@ -767,6 +779,7 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
   link.lost = false;
   link.synced = false;
   ++link.generation;
+  next_silence_check_ = std::min(next_silence_check_, now + config_.node_timeout);
 
   model::Node node;
   node.name = name;

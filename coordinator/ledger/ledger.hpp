@@ -263,6 +263,9 @@ class Ledger {
   model::CoordinatorConfig config_;
   sched::Scheduler scheduler_;
   std::map<std::string, Link> links_;
+  // When tick next walks links_ for silent nodes, and how many links it walked last.
+  TimePoint next_silence_check_{};
+  std::size_t links_at_silence_check_ = 0;
   std::unordered_map<model::JobId, Job> jobs_;  // live jobs
   std::map<model::JobId, Job> fenced_;          // ended, but earlier attempts hold fences
   std::map<model::JobId, Job> ended_;           // recently ended, for late rank reports

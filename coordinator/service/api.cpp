@@ -210,7 +210,7 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
   if (parts.size() == 2 && parts[1] == "history" && m == "GET") return respond(history(request));
   if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return respond(usage(request));
   if (parts.size() >= 2 && parts[1] == "nodes") {
-    if (parts.size() == 2 && m == "GET") return respond(list_nodes());
+    if (parts.size() == 2 && m == "GET") return respond(list_nodes(request));
     if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
       if (!caller.admin) return respond(error_response(403, "only an admin may drain or resume nodes"));
       return after_commit(drain_node(std::string(parts[2]), request, parts[3] == "drain"), std::move(respond));
@@ -786,7 +786,15 @@ void Coordinator::answer_stack(StackWait wait) {
   wait.respond(json_response(200, Json{{"job", wait.job}, {"ranks", ranks}}));
 }
 
-net::HttpResponse Coordinator::list_nodes() {
+net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request) {
+  NodeGpus gpus = NodeGpus::Each;
+  if (auto it = request.query.find("gpus"); it != request.query.end()) {
+    if (it->second == "classes") {
+      gpus = NodeGpus::Classes;
+    } else if (it->second != "each") {
+      return error_response(400, "gpus: must be each (every GPU, the default) or classes (grouped by class)");
+    }
+  }
   std::string out = "[";
   std::vector<std::string> names;
   for (const auto* node : ledger_.scheduler().nodes()) {
@@ -800,7 +808,7 @@ net::HttpResponse Coordinator::list_nodes() {
     }
     for (const auto& g : node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(node->name, g.index));
     if (!names.empty()) out += ',';
-    node_listing_->append(v, out);
+    node_listing_->append(v, gpus, out);
     names.push_back(node->name);
   }
   out += ']';

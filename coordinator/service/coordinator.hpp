@@ -150,7 +150,7 @@ class Coordinator final : public net::ServerHandler {
   void answer_stack(StackWait wait);
   // 403 unless the caller owns the job or is an admin.
   static std::optional<net::HttpResponse> refuse_other_users_job(const store::JobRecord& rec, const Caller& caller);
-  net::HttpResponse list_nodes();
+  net::HttpResponse list_nodes(const net::HttpRequest& request);
   net::HttpResponse drain_node(const std::string& name, const net::HttpRequest& request, bool drain);
   // An admin says the node's unconfirmed ranks are dead (the node will not come back).
   net::HttpResponse clear_node(const std::string& name, const Caller& caller);
@@ -179,7 +179,7 @@ class Coordinator final : public net::ServerHandler {
   Committer committer_;
   // Each node's current agent link; messages for a node without one are dropped (the
   // ledger judges what was lost once the agent is back and Synced).
-  std::map<std::string, std::shared_ptr<net::WsConnection>> conns_;
+  std::unordered_map<std::string, std::shared_ptr<net::WsConnection>> conns_;
   // Reports received on each node's current connection, acknowledged (Ack) once what
   // they changed is committed; `ack_due_` holds the nodes owed one.
   std::map<std::string, std::uint64_t> received_;

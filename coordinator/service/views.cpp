@@ -123,13 +123,37 @@ Json job_json(const JobView& view, const std::vector<store::JobEvent>* events) {
   return j;
 }
 
-Json node_json(const NodeView& view) {
+Json node_json(const NodeView& view, NodeGpus listed) {
   const auto& n = *view.node;
+  auto holder = [&](std::size_t i) { return i < view.holders.size() ? view.holders[i] : std::nullopt; };
   Json gpus = Json::array();
-  for (std::size_t i = 0; i < n.gpus.size(); ++i) {
-    Json g = protocol::to_json(n.gpus[i]);
-    g["job"] = i < view.holders.size() && view.holders[i] ? Json(*view.holders[i]) : Json(nullptr);
-    gpus.push_back(std::move(g));
+  if (listed == NodeGpus::Each) {
+    for (std::size_t i = 0; i < n.gpus.size(); ++i) {
+      Json g = protocol::to_json(n.gpus[i]);
+      g["job"] = holder(i) ? Json(*holder(i)) : Json(nullptr);
+      gpus.push_back(std::move(g));
+    }
+  } else {
+    // By class, in the order each class first appears on the node.
+    std::vector<std::size_t> firsts;
+    for (std::size_t i = 0; i < n.gpus.size(); ++i) {
+      const auto& g = n.gpus[i];
+      auto same = std::find_if(firsts.begin(), firsts.end(), [&](std::size_t f) {
+        return n.gpus[f].cls == g.cls;
+      });
+      std::size_t at = static_cast<std::size_t>(same - firsts.begin());
+      if (same == firsts.end()) {
+        firsts.push_back(i);
+        gpus.push_back(Json{{"name", g.cls.product},
+                            {"memory_mib", g.cls.memory_mib},
+                            {"driver", g.cls.driver},
+                            {"cuda", g.cuda.to_string()},
+                            {"count", 0},
+                            {"used", 0}});
+      }
+      gpus[at]["count"] = gpus[at]["count"].get<int>() + 1;
+      if (holder(i)) gpus[at]["used"] = gpus[at]["used"].get<int>() + 1;
+    }
   }
   return Json{{"name", n.name},
               {"address", n.address},
@@ -141,28 +165,30 @@ Json node_json(const NodeView& view) {
               {"driver", view.driver},
               {"cuda", view.cuda},
               {"ports", Json::array({n.ports.first, n.ports.last})},
-              {"gpus", gpus}};
+              {listed == NodeGpus::Each ? "gpus" : "gpu_classes", gpus}};
 }
 
-void NodeListing::append(const NodeView& view, std::string& out) {
+void NodeListing::append(const NodeView& view, NodeGpus gpus, std::string& out) {
   const model::Node& n = *view.node;
   auto it = entries_.find(n.name);
   if (it == entries_.end() || it->second.node != n || it->second.connected != view.connected ||
       it->second.driver != view.driver || it->second.cuda != view.cuda || it->second.holders != view.holders) {
+    it = entries_.insert_or_assign(n.name, Entry{n, view.connected, view.driver, view.cuda, view.holders, {}}).first;
+  }
+  auto& split = it->second.renderings[static_cast<std::size_t>(gpus)];
+  if (split.head.empty()) {
     // Rendered with a marker where last_seen goes, split around it.
     static const std::string kMarker = "\x01last_seen\x01";
-    Json j = node_json(view);
+    Json j = node_json(view, gpus);
     j["last_seen"] = kMarker;
     std::string text = j.dump(-1, ' ', false, Json::error_handler_t::replace);
     const std::string quoted = Json(kMarker).dump();
     const std::size_t at = text.find(quoted);
-    Entry e{n, view.connected, view.driver, view.cuda, view.holders, text.substr(0, at),
-            text.substr(at + quoted.size())};
-    it = entries_.insert_or_assign(n.name, std::move(e)).first;
+    split = {text.substr(0, at), text.substr(at + quoted.size())};
   }
-  out += it->second.head;
+  out += split.head;
   out += time_json(view.last_seen).dump();
-  out += it->second.tail;
+  out += split.tail;
 }
 
 void NodeListing::keep_only(const std::vector<std::string>& names) {

@@ -2,6 +2,7 @@
 // JSON renderings of jobs and nodes for the API. Include
 // only from .cpp files (brings nlohmann/json).
 
+#include <array>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -43,7 +44,10 @@ struct NodeView {
   std::string cuda;
   std::vector<std::optional<model::JobId>> holders;  // per GPU, in node.gpus order
 };
-Json node_json(const NodeView& view);
+// How a node's GPUs are listed: each one, or grouped by class ("gpu_classes": product,
+// memory, driver, cuda, how many, how many a job holds) for a listing a line per node.
+enum class NodeGpus { Each, Classes };
+Json node_json(const NodeView& view, NodeGpus gpus = NodeGpus::Each);
 
 // Renders node listings as node_json does, keeping each node's rendering between listings:
 // a node is rendered again only when something it shows changes, but for its last_seen,
@@ -52,8 +56,8 @@ Json node_json(const NodeView& view);
 // event loop.
 class NodeListing {
  public:
-  // Appends the node's JSON object to `out`.
-  void append(const NodeView& view, std::string& out);
+  // Appends the node's JSON object to `out`, as node_json(view, gpus) renders it.
+  void append(const NodeView& view, NodeGpus gpus, std::string& out);
   // Lets go of the renderings of nodes not in `names` (sorted).
   void keep_only(const std::vector<std::string>& names);
   std::size_t kept() const { return entries_.size(); }
@@ -65,8 +69,12 @@ class NodeListing {
     std::string driver;
     std::string cuda;
     std::vector<std::optional<model::JobId>> holders;
-    std::string head;  // the rendering up to last_seen's value
-    std::string tail;  // and after it
+    // By NodeGpus: the rendering up to last_seen's value and after it; empty until asked.
+    struct Split {
+      std::string head;
+      std::string tail;
+    };
+    std::array<Split, 2> renderings;
   };
   std::map<std::string, Entry, std::less<>> entries_;
 };

@@ -306,6 +306,15 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
   EXPECT_EQ(j["fences"][0]["node"], "gpu-b");
   EXPECT_EQ(j["fences"][0]["port"], 29500);
   EXPECT_EQ(j["fences"][0]["host"], "10.0.0.1");
+  // The listing a line per node counts the fenced GPUs as held, gpu-a's as free.
+  Json by_class = Json::parse(call("GET", "/v1/nodes?gpus=classes").body);
+  ASSERT_EQ(by_class.size(), 2u);
+  EXPECT_EQ(by_class[0]["gpu_classes"][0]["count"], 2);
+  EXPECT_EQ(by_class[0]["gpu_classes"][0]["used"], 0);
+  EXPECT_EQ(by_class[1]["gpu_classes"][0]["used"], 2);
+  auto bad = call("GET", "/v1/nodes?gpus=some");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("gpus: must be each"), std::string::npos) << bad.body;
   b.disconnect();
   auto refused = call("POST", "/v1/nodes/gpu-a/clear");
   EXPECT_EQ(refused.status, 409) << refused.body;  // its agent is there to confirm itself

@@ -202,7 +202,7 @@ TEST_F(CommandsTest, NotFoundAndConflictExitWith1) {
 TEST_F(CommandsTest, AnUnreachableCoordinatorExitsWith3) {
   api_.fail(ErrorCode::Unavailable, "cannot connect to 127.0.0.1:1: Connection refused");
   auto c = ctx();
-  EXPECT_EQ(run_nodes(c, false), kExitUnreachable);
+  EXPECT_EQ(run_nodes(c, false, false), kExitUnreachable);
   EXPECT_EQ(err_.str(), "corral: cannot connect to 127.0.0.1:1: Connection refused\n");
 }
 

@@ -282,6 +282,48 @@ TEST(FormatNodes, ANodeLineThenItsGpusAndSimulatedNodesAreLabelled) {
             "gpu-c  down     no heartbeat for 12s          10.0.0.13  0     no\n");
 }
 
+// What GET /v1/nodes?gpus=classes gives for the nodes of kNodesJson.
+constexpr std::string_view kNodeClassesJson = R"([
+  {"name": "gpu-a", "address": "10.0.0.11", "state": "up", "reason": "", "simulated": true, "connected": true,
+   "last_seen": "2026-12-02T11:59:59.500Z", "driver": "550.54.15", "cuda": "12.4", "ports": [29500, 29999],
+   "gpu_classes": [{"name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "driver": "550.54.15", "cuda": "12.4",
+                    "count": 2, "used": 1}]},
+  {"name": "gpu-b", "address": "10.0.0.12", "state": "drained", "reason": "preflight: GPU 1 not visible",
+   "simulated": false, "connected": true, "last_seen": "2026-12-02T11:59:59.000Z", "driver": "535.104.05",
+   "cuda": "12.2", "ports": [29500, 29999],
+   "gpu_classes": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "driver": "535.104.05", "cuda": "12.2",
+                    "count": 1, "used": 0}]},
+  {"name": "gpu-c", "address": "10.0.0.13", "state": "down", "reason": "no heartbeat for 12s", "simulated": false,
+   "connected": false, "last_seen": null, "driver": "", "cuda": "", "ports": [29500, 29999], "gpu_classes": []}
+])";
+
+TEST(FormatNodes, ALinePerNodeSaysHowManyGpusAJobHoldsAndTheirClass) {
+  auto nodes = parse_nodes(kNodeClassesJson);
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message();
+  EXPECT_EQ(format_node_summary(*nodes),
+            "NAME   STATE    GPUS  USED  CLASS                                                ADDRESS    SIMULATED  "
+            "REASON\n"
+            "gpu-a  up       2     1     NVIDIA A100-SXM4-80GB, 81920 MiB, driver 550.54.15   10.0.0.11  yes        -\n"
+            "gpu-b  drained  1     0     NVIDIA H100 80GB HBM3, 81559 MiB, driver 535.104.05  10.0.0.12  no         "
+            "preflight: GPU 1 not visible\n"
+            "gpu-c  down     0     0     -                                                    10.0.0.13  no         "
+            "no heartbeat for 12s\n");
+}
+
+TEST(FormatNodes, AMixedNodeCountsEachClassAndAControlCharacterIsNotPrinted) {
+  auto nodes = parse_nodes(R"([{"name": "mixed", "address": "10.0.0.9", "state": "up", "reason": "",
+      "simulated": false, "gpu_classes": [
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "driver": "550.54.15", "count": 2, "used": 2},
+        {"name": "NVIDIA L4\u001b[2J", "memory_mib": 23034, "driver": "550.54.15", "count": 1, "used": 0}]}])");
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message();
+  std::string text = format_node_summary(*nodes);
+  EXPECT_NE(text.find("mixed  up     3     2     2 × NVIDIA A100-SXM4-80GB, 81920 MiB, driver 550.54.15; "
+                      "1 × NVIDIA L4"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+}
+
 TEST(FormatDryRun, SaysWhereTheJobWouldStart) {
   auto d = parse_dry_run(R"({"dry_run": true, "would_start": true, "allocation": {
       "nodes": [{"node": "gpu-a", "gpus": [0, 1]}, {"node": "gpu-b", "gpus": [2, 3]}],

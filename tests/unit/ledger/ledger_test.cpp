@@ -294,6 +294,48 @@ TEST_F(LedgerTest, ALostNodesRanksAreFencedAndTheFenceGoesWhenItsAgentConfirms) 
   EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 0).has_value());
 }
 
+// The tick walks its links only when the earliest deadline it saw has come, or a link
+// came or came back: each silent node is still lost at the first tick past its own timeout.
+TEST_F(LedgerTest, EachSilentNodeIsLostAtTheFirstTickPastItsOwnTimeoutWhateverTheOthersDo) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  const TimePoint start = now_;
+  const auto step = 250ms;
+  auto down = [&](const char* n) { return ledger_->scheduler().node(n)->state == model::NodeState::Down; };
+  auto run = [&](Duration from, Duration to, auto beats) {
+    std::map<std::string, TimePoint> lost;  // when each went from up to down
+    std::map<std::string, bool> was_down{{"a", down("a")}, {"b", down("b")}};
+    for (Duration t = from; t <= to; t += step) {
+      now_ = start + t;
+      if (t % 1s == Duration::zero()) beats(t);
+      ledger_->tick(now_);
+      commit();
+      for (const char* n : {"a", "b"}) {
+        if (down(n) && !was_down[n]) lost[n] = now_;
+        was_down[n] = down(n);
+      }
+    }
+    return lost;
+  };
+  // a beats every second; b for 3 s, then no more.
+  auto lost = run(Duration::zero(), 20s, [&](Duration t) {
+    ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+    if (t <= 3s) ledger_->agent_message("b", protocol::Heartbeat{}, now_);
+  });
+  ASSERT_TRUE(lost.contains("b"));
+  EXPECT_EQ(lost["b"], start + 3s + config_.node_timeout + step);
+  EXPECT_FALSE(lost.contains("a"));
+  // a falls silent too; then b comes back, alone among links that are all lost, and is
+  // silent from its hello on.
+  lost = run(20s + step, 40s, [&](Duration t) {
+    if (t == 30s) join("b", hello("b", 2));
+  });
+  ASSERT_TRUE(lost.contains("a"));
+  EXPECT_EQ(lost["a"], start + 20s + config_.node_timeout + step);
+  ASSERT_TRUE(lost.contains("b"));
+  EXPECT_EQ(lost["b"], start + 30s + config_.node_timeout + step);
+}
+
 // The rendezvous deadline, launch.rendezvous_timeout. Both agents stay heard from.
 // ---- dependencies
 

@@ -130,6 +130,18 @@ TEST(Codec, AMessageThatDoesNotDecodeCountsAsAReportUnlessItsTypeIsNone) {
   EXPECT_FALSE(counts_as_report(R"({"type":"inspection","job":0})"));
 }
 
+TEST(Codec, TheHeartbeatAsEncodedIsKnownWithoutDecodingAndNothingElseIs) {
+  EXPECT_TRUE(is_encoded_heartbeat(encode(AgentMessage{Heartbeat{}})));
+  // Another spelling is a heartbeat too, but it goes through decoding like any message.
+  EXPECT_FALSE(is_encoded_heartbeat(R"({ "type": "heartbeat" })"));
+  auto spaced = decode_agent_message(R"({ "type": "heartbeat" })");
+  ASSERT_TRUE(spaced.has_value());
+  EXPECT_TRUE(std::holds_alternative<Heartbeat>(*spaced));
+  EXPECT_FALSE(is_encoded_heartbeat(R"({"type":"heartbeat"} )"));
+  EXPECT_FALSE(is_encoded_heartbeat(R"({"type":"health"})"));
+  EXPECT_FALSE(is_encoded_heartbeat(""));
+}
+
 TEST(Codec, RefusesDeepNestingAndOversizedMessages) {
   std::string deep(100, '[');
   deep += std::string(100, ']');

@@ -24,14 +24,14 @@ model::Node node(const std::string& name, int gpus) {
   return n;
 }
 
-std::string listed(NodeListing& listing, const NodeView& v) {
+std::string listed(NodeListing& listing, const NodeView& v, NodeGpus gpus = NodeGpus::Each) {
   std::string out;
-  listing.append(v, out);
+  listing.append(v, gpus, out);
   return out;
 }
 
-std::string rendered(const NodeView& v) {
-  return node_json(v).dump(-1, ' ', false, Json::error_handler_t::replace);
+std::string rendered(const NodeView& v, NodeGpus gpus = NodeGpus::Each) {
+  return node_json(v, gpus).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 TEST(NodeListing, AppendsWhatNodeJsonRendersAsTheNodeChanges) {
@@ -62,6 +62,34 @@ TEST(NodeListing, AppendsWhatNodeJsonRendersAsTheNodeChanges) {
   n.gpus.pop_back();
   v.holders.pop_back();
   EXPECT_EQ(listed(listing, v), rendered(v));
+}
+
+TEST(NodeListing, ByClassCountsEachClassAndWhatJobsHoldAndFollowsTheNode) {
+  NodeListing listing;
+  model::Node n = node("gpu-a", 4);
+  n.gpus[2].cls = {"NVIDIA L4", 23034, "550.54.15"};
+  NodeView v;
+  v.node = &n;
+  v.holders = {std::nullopt, 7, std::nullopt, std::nullopt};
+  // Both listings kept side by side, each what node_json renders.
+  EXPECT_EQ(listed(listing, v), rendered(v));
+  EXPECT_EQ(listed(listing, v, NodeGpus::Classes), rendered(v, NodeGpus::Classes));
+  Json j = Json::parse(listed(listing, v, NodeGpus::Classes));
+  EXPECT_FALSE(j.contains("gpus"));
+  ASSERT_EQ(j["gpu_classes"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["gpu_classes"][0]["name"], "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(j["gpu_classes"][0]["count"], 3);
+  EXPECT_EQ(j["gpu_classes"][0]["used"], 1);
+  EXPECT_EQ(j["gpu_classes"][1]["name"], "NVIDIA L4");
+  EXPECT_EQ(j["gpu_classes"][1]["memory_mib"], 23034);
+  EXPECT_EQ(j["gpu_classes"][1]["count"], 1);
+  EXPECT_EQ(j["gpu_classes"][1]["used"], 0);
+  // A job takes the L4: the kept rendering by class is made again.
+  v.holders[2] = 8;
+  j = Json::parse(listed(listing, v, NodeGpus::Classes));
+  EXPECT_EQ(j["gpu_classes"][1]["used"], 1);
+  EXPECT_EQ(listed(listing, v), rendered(v));
+  EXPECT_EQ(listing.kept(), 1u);
 }
 
 TEST(NodeListing, KeepsOnlyTheNodesStillListedAndRendersAReturningOneAfresh) {
