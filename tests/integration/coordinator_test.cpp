@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 #include <iostream>
 #include <thread>
 
 #include "tests/support/cluster.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/raw_tls.hpp"
 #include "tests/support/scripted_agent.hpp"
 
@@ -171,6 +173,45 @@ TEST_F(CoordinatorTest, AnAcknowledgedRankStartSurvivesASigkillRightAfterItsAck)
   EXPECT_EQ(j["state"], "STARTING") << j.dump(2);
   ASSERT_EQ(j["ranks"].size(), 4u) << j.dump(2);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(j["ranks"][r]["pid"], 1000 + r) << j.dump(2);
+}
+
+// Rank records are written at most once per twice the last such write's time. Another
+// writer holds the database for 400 ms while a rank start is committed, so that write
+// takes that long; the next rank start is acknowledged only once its paced write is
+// done, about 800 ms later, and it survives a SIGKILL right after.
+TEST_F(CoordinatorTest, ARankStartWaitingForItsPacedWriteIsAcknowledgedOnlyOnceWritten) {
+  model::JobId id = 0;
+  {
+    ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+    ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
+    ASSERT_TRUE(a.connect());
+    ASSERT_TRUE(b.connect());
+    ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+    ASSERT_TRUE(a.all_acked());
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(coord_.database().c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    a.send(protocol::RankStarted{id, 0, 0, 1000});
+    const auto hold = 400ms;
+    std::this_thread::sleep_for(hold);  // what is tested: a write that takes this long
+    ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    ASSERT_TRUE(a.all_acked());
+    const auto first_acked = std::chrono::steady_clock::now();
+    a.send(protocol::RankStarted{id, 0, 1, 1001});
+    ASSERT_TRUE(a.all_acked(10s * testing::kSanitizerSlowdown));
+    const auto waited = std::chrono::steady_clock::now() - first_acked;
+    std::cout << "a rank start after a 400 ms write was acknowledged "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() << " ms after the one before\n";
+    // Twice the write's time, less the moments the first report took to arrive.
+    EXPECT_GE(waited, 500ms);
+    EXPECT_LT(waited, (2 * hold + 2s) * testing::kSanitizerSlowdown);
+    ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  }
+  Json j = job(id);
+  ASSERT_EQ(j["ranks"].size(), 4u) << j.dump(2);
+  EXPECT_EQ(j["ranks"][0]["pid"], 1000) << j.dump(2);
+  EXPECT_EQ(j["ranks"][1]["pid"], 1001) << j.dump(2);
 }
 
 TEST_F(CoordinatorTest, APortFileThatCannotBeWrittenIsAClearErrorNotACrash) {

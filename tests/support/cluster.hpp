@@ -50,6 +50,7 @@ class CoordinatorProcess {
   bool init_ok() const { return init_ok_; }
   const std::string& token() const { return token_; }
   std::string ca() const { return state_dir_ + "/ca.pem"; }
+  std::string database() const { return state_dir_ + "/corral.db"; }
   std::string url() const {
     bool v6 = where_.address.find(':') != std::string::npos;
     return "https://" + (v6 ? "[" + where_.address + "]" : where_.address) + ":" + std::to_string(port_);
