@@ -111,6 +111,9 @@ int run(const std::string& config_path, const std::string& port_file) {
   net::EventLoop loop;
   SystemClock clock;
   service::Coordinator coordinator(loop, clock, **db, *config);
+  auto reader = open_store(config->database_path());
+  if (!reader) return fail(reader.error().message());
+  coordinator.read_history_from(std::shared_ptr<store::Store>(std::move(*reader)));
   if (auto r = coordinator.start(); !r) return fail(r.error().message());
   net::ServerOptions opts;
   opts.host = config->listen_host;

@@ -207,8 +207,8 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
     if (parts.size() == 4 && parts[3] == "stack" && m == "GET") return job_stack(*id, request, caller, std::move(respond));
   }
-  if (parts.size() == 2 && parts[1] == "history" && m == "GET") return respond(history(request));
-  if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return respond(usage(request));
+  if (parts.size() == 2 && parts[1] == "history" && m == "GET") return history(request, std::move(respond));
+  if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return usage(request, std::move(respond));
   if (parts.size() >= 2 && parts[1] == "nodes") {
     if (parts.size() == 2 && m == "GET") return respond(list_nodes(request));
     if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
@@ -400,63 +400,94 @@ Result<Coordinator::TimeRange> Coordinator::time_range(const net::HttpRequest& r
   return range;
 }
 
-net::HttpResponse Coordinator::history(const net::HttpRequest& request) {
+void Coordinator::read_history_from(std::shared_ptr<store::Store> reader) {
+  history_reader_ = std::move(reader);
+  history_work_ = std::make_unique<net::BlockingWork>(loop_, 1, "history");
+}
+
+void Coordinator::read_ended(std::function<std::function<void()>(store::Store&)> read) {
+  if (!history_reader_) return read(store_)();
+  history_work_->run([reader = history_reader_, read = std::move(read)] { return read(*reader); },
+                     [](std::function<void()> then) { then(); });
+}
+
+void Coordinator::history(const net::HttpRequest& request, Respond respond) {
   constexpr std::size_t kMaxLimit = 100000;
   auto range = time_range(request);
-  if (!range) return error_response(400, range.error().message());
+  if (!range) return respond(error_response(400, range.error().message()));
   auto query = [&](const char* key) {
     auto it = request.query.find(key);
     return it == request.query.end() ? std::string() : it->second;
   };
   auto filter = parse_job_filter(split(query("user"), ','), split(query("state"), ','));
-  if (!filter) return error_response(400, filter.error().message());
+  if (!filter) return respond(error_response(400, filter.error().message()));
   std::size_t limit = kMaxLimit;
   if (std::string l = query("limit"); !l.empty()) {
     auto n = parse_int<std::size_t>(l);
     if (!n || *n == 0 || *n > kMaxLimit) {
-      return error_response(400, "limit: must be a number of jobs from 1 to " + std::to_string(kMaxLimit));
+      return respond(error_response(400, "limit: must be a number of jobs from 1 to " + std::to_string(kMaxLimit)));
     }
     limit = *n;
   }
   store::EndedQuery q{range->since, range->until, limit};
   q.users.assign(filter->users.begin(), filter->users.end());
   q.states.assign(filter->states.begin(), filter->states.end());
-  auto ended = store_.ended_jobs(q);
-  if (!ended) return error_response(503, ended.error().message());
-  JsonArrayWriter out;
-  for (const auto& rec : *ended) {
-    JobView v;
-    v.record = &rec;
-    v.gpus = allocated_gpus(rec);
-    v.nodes = rec.allocation ? static_cast<int>(rec.allocation->nodes.size()) : 0;
-    out.add(job_json(v, nullptr));
-  }
-  return std::move(out).response();
+  // Read and rendered off the loop: nothing here touches the coordinator's state.
+  read_ended([q = std::move(q), respond = std::move(respond)](store::Store& store) mutable -> std::function<void()> {
+    auto response = std::make_shared<net::HttpResponse>();
+    if (auto ended = store.ended_jobs(q); !ended) {
+      *response = error_response(503, ended.error().message());
+    } else {
+      JsonArrayWriter out;
+      for (const auto& rec : *ended) {
+        JobView v;
+        v.record = &rec;
+        v.gpus = allocated_gpus(rec);
+        v.nodes = rec.allocation ? static_cast<int>(rec.allocation->nodes.size()) : 0;
+        out.add(job_json(v, nullptr));
+      }
+      *response = std::move(out).response();
+    }
+    return [respond = std::move(respond), response] { respond(std::move(*response)); };
+  });
 }
 
-net::HttpResponse Coordinator::usage(const net::HttpRequest& request) {
+void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
   auto range = time_range(request);
-  if (!range) return error_response(400, range.error().message());
+  if (!range) return respond(error_response(400, range.error().message()));
   std::string by = "user";
   if (auto it = request.query.find("by"); it != request.query.end()) by = it->second;
   if (by != "user" && by != "node" && by != "class") {
-    return error_response(400, "by: must be user, node or class, got " + quote_for_message(by));
+    return respond(error_response(400, "by: must be user, node or class, got " + quote_for_message(by)));
   }
+  const store::UsageKey key = by == "user" ? store::UsageKey::User : by == "node" ? store::UsageKey::Node
+                                                                                   : store::UsageKey::Class;
+  // Ended jobs are summed by the store, off the loop; jobs still holding GPUs are counted
+  // up to now back on the loop, from the ledger.
+  // The answer is as of the request's moment, whenever the read is done.
   const TimePoint now = clock_.now();
-  const TimePoint until = range->until.value_or(now);
+  store::EndedQuery q{range->since, range->until.value_or(now), 0};
+  read_ended([this, q, key, by, range = *range, now, respond = std::move(respond)](
+                 store::Store& store) mutable -> std::function<void()> {
+    auto ended = std::make_shared<Result<std::vector<store::UsageRow>>>(store.gpu_usage(q, key));
+    return [this, ended, key, by = std::move(by), range, now, respond = std::move(respond)] {
+      respond(usage_answer(*ended, key, by, range, now));
+    };
+  });
+}
+
+net::HttpResponse Coordinator::usage_answer(const Result<std::vector<store::UsageRow>>& ended, store::UsageKey key,
+                                            const std::string& by, const TimeRange& range, TimePoint now) {
+  if (!ended) return error_response(503, ended.error().message());
+  const TimePoint until = range.until.value_or(now);
   struct Row {
     double gpu_hours = 0;
     std::int64_t jobs = 0;
   };
-  const store::UsageKey key = by == "user" ? store::UsageKey::User : by == "node" ? store::UsageKey::Node
-                                                                                   : store::UsageKey::Class;
   constexpr double kMsPerHour = 3600.0 * 1000.0;
   std::map<std::string, Row> rows;
-  // Ended jobs are summed by the store; jobs still holding GPUs count here, up to now.
-  auto ended = store_.gpu_usage(store::EndedQuery{range->since, until, 0}, key);
-  if (!ended) return error_response(503, ended.error().message());
   for (const auto& r : *ended) rows[r.key] = {static_cast<double>(r.gpu_ms) / kMsPerHour, r.jobs};
-  if (!range->until || *range->until > now) {
+  if (!range.until || *range.until > now) {
     auto product = [&](const std::string& node, int gpu) -> std::string {
       if (const auto* n = ledger_.scheduler().node(node)) {
         for (const auto& g : n->gpus) {
@@ -468,7 +499,7 @@ net::HttpResponse Coordinator::usage(const net::HttpRequest& request) {
     for (const auto& [id, job] : ledger_.live_jobs()) {
       const auto& rec = job.record;
       if (!model::holds_resources(rec.state) || !rec.allocation || !rec.started_at) continue;
-      const TimePoint from = std::max(*rec.started_at, range->since);
+      const TimePoint from = std::max(*rec.started_at, range.since);
       if (now <= from) continue;
       const double hours = static_cast<double>((now - from).count()) / kMsPerHour;
       std::set<std::string> counted;
@@ -494,7 +525,7 @@ net::HttpResponse Coordinator::usage(const net::HttpRequest& request) {
     total += row.gpu_hours;
     list.push_back(Json{{by, name}, {"gpu_hours", row.gpu_hours}, {"jobs", row.jobs}});
   }
-  return json_response(200, Json{{"since", format_time(range->since)},
+  return json_response(200, Json{{"since", format_time(range.since)},
                                  {"until", format_time(until)},
                                  {"by", by},
                                  {"total_gpu_hours", total},

@@ -14,6 +14,7 @@
 
 #include "common/core/time.hpp"
 #include "common/model/config.hpp"
+#include "common/net/blocking_work.hpp"
 #include "common/net/event_loop.hpp"
 #include "common/net/server.hpp"
 #include "common/protocol/messages.hpp"
@@ -56,6 +57,11 @@ class Coordinator final : public net::ServerHandler {
   Result<void> start();
   // Commits what is queued; call before the loop stops.
   void shutdown();
+  // Where GET /v1/history and /v1/usage read ended jobs: a second connection to the same
+  // database, used on a thread of its own, so that a month of history (seconds to read
+  // and render) never holds the loop. Without one (a MemoryStore in tests) they read the
+  // store on the loop.
+  void read_history_from(std::shared_ptr<store::Store> reader);
 
   // net::ServerHandler
   void on_http(const net::HttpRequest& request, std::function<void(net::HttpResponse)> respond) override;
@@ -130,9 +136,17 @@ class Coordinator final : public net::ServerHandler {
   // `since` (default: a day ago) and `until` of a history or usage request.
   Result<TimeRange> time_range(const net::HttpRequest& request);
   // GET /v1/history: ended jobs from the database, like sacct.
-  net::HttpResponse history(const net::HttpRequest& request);
+  void history(const net::HttpRequest& request, Respond respond);
   // GET /v1/usage: GPU-hours by user, node or GPU class.
-  net::HttpResponse usage(const net::HttpRequest& request);
+  void usage(const net::HttpRequest& request, Respond respond);
+  // The usage answer from the store's sums of ended jobs and the ledger's running ones,
+  // as of `now`.
+  net::HttpResponse usage_answer(const Result<std::vector<store::UsageRow>>& ended, store::UsageKey key,
+                                 const std::string& by, const TimeRange& range, TimePoint now);
+  // Runs `read` on the history reader's thread (or on the loop against the store, without
+  // a reader), then what it returns on the loop. `read` may use only what it captured by
+  // value and the store it is given.
+  void read_ended(std::function<std::function<void()>(store::Store&)> read);
   // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
   // seconds have passed, whichever is first; the caller then sees the state either way.
   void wait_job(model::JobId id, const net::HttpRequest& request, Respond respond);
@@ -174,6 +188,8 @@ class Coordinator final : public net::ServerHandler {
   net::EventLoop& loop_;
   const Clock& clock_;
   store::Store& store_;
+  std::shared_ptr<store::Store> history_reader_;
+  std::unique_ptr<net::BlockingWork> history_work_;
   model::CoordinatorConfig config_;
   ledger::Ledger ledger_;
   Committer committer_;

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <future>
 #include <optional>
+#include <thread>
 
 #include "common/net/pki.hpp"
 #include "coordinator/service/coordinator.hpp"
@@ -191,6 +194,82 @@ TEST_F(ApiTest, AnUnknownJobIs404ABadIdIs400AndAWrongMethodIs405) {
   EXPECT_EQ(call("GET", "/v1/jobs/99?wait=5").status, 404);  // answered at once, not held
   EXPECT_EQ(call("GET", "/v1/jobs/abc").status, 400);
   EXPECT_EQ(call("DELETE", "/v1/jobs").status, 405);
+}
+
+// A Store that reads from another and holds its reads of ended jobs until let go: a month
+// of history that takes its time.
+class HeldReads final : public store::Store {
+ public:
+  explicit HeldReads(store::Store& under) : under_(under) {}
+  void let_go() { gate_.set_value(); }
+
+  std::vector<Result<void>> commit(std::span<const store::Change> changes) override { return under_.commit(changes); }
+  Result<store::Snapshot> load() override { return under_.load(); }
+  Result<std::optional<store::JobRecord>> job(model::JobId id) override { return under_.job(id); }
+  Result<std::optional<model::JobId>> array_element(model::JobId array, int index) override {
+    return under_.array_element(array, index);
+  }
+  Result<std::vector<store::JobRecord>> jobs(const store::JobQuery& q) override { return under_.jobs(q); }
+  Result<std::vector<store::JobRecord>> ended_jobs(const store::EndedQuery& q) override {
+    opened_.wait();
+    return under_.ended_jobs(q);
+  }
+  Result<std::vector<store::UsageRow>> gpu_usage(const store::EndedQuery& q, store::UsageKey by) override {
+    opened_.wait();
+    return under_.gpu_usage(q, by);
+  }
+  Result<std::vector<store::JobEvent>> events(model::JobId id) override { return under_.events(id); }
+  Result<std::optional<store::User>> user_by_token_hash(const std::string& h) override {
+    return under_.user_by_token_hash(h);
+  }
+  Result<std::vector<store::User>> users() override { return under_.users(); }
+
+ private:
+  store::Store& under_;
+  std::promise<void> gate_;
+  std::shared_future<void> opened_ = gate_.get_future().share();
+};
+
+// History and usage are read on a thread of their own: while one is being read, the loop
+// answers everything else; the answer comes once the read is done.
+TEST_F(ApiTest, AHistoryReadThatTakesItsTimeHoldsNoOtherRequest) {
+  auto reader = std::make_shared<HeldReads>(store_);
+  coord_->read_history_from(reader);
+  auto ask = [&](const std::string& target, std::optional<net::HttpResponse>& answer) {
+    net::HttpRequest r;
+    r.method = "GET";
+    r.target = target;
+    ASSERT_TRUE(net::parse_target(target, r.path, r.query));
+    r.headers["authorization"] = "Bearer alice-token";
+    coord_->on_http(r, [&answer](net::HttpResponse a) { answer = std::move(a); });
+  };
+  std::optional<net::HttpResponse> history;
+  std::optional<net::HttpResponse> usage;
+  ask("/v1/history", history);
+  ask("/v1/usage?by=node", usage);
+  // Meanwhile: a submit, a listing and who-am-I are answered.
+  auto submitted = call("POST", "/v1/jobs", Json{{"spec", kSpec}}.dump());
+  EXPECT_EQ(submitted.status, 201) << submitted.body;
+  EXPECT_EQ(call("GET", "/v1/jobs").status, 200);
+  EXPECT_EQ(call("GET", "/v1/whoami").status, 200);
+  EXPECT_FALSE(history.has_value());
+  EXPECT_FALSE(usage.has_value());
+  // A bad request is refused at once, without a read.
+  std::optional<net::HttpResponse> bad;
+  ask("/v1/usage?by=gpu", bad);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->status, 400);
+  reader->let_go();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((!history || !usage) && std::chrono::steady_clock::now() < deadline) {
+    if (loop_.poll() == 0) std::this_thread::yield();
+  }
+  ASSERT_TRUE(history.has_value());
+  ASSERT_TRUE(usage.has_value());
+  EXPECT_EQ(history->status, 200) << history->body;
+  EXPECT_TRUE(Json::parse(history->body).is_array());
+  EXPECT_EQ(usage->status, 200) << usage->body;
+  EXPECT_EQ(Json::parse(usage->body)["by"], "node");
 }
 
 }  // namespace
