@@ -111,10 +111,15 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Both agents join; the two-node job launches and all four ranks report started.
-  void start_ranks(ScriptedAgent& a, ScriptedAgent& b, model::JobId& id) {
+  // Both agents connect; the two-node job is launched on them, no rank started yet.
+  void launch_on(ScriptedAgent& a, ScriptedAgent& b, model::JobId& id) {
     ASSERT_TRUE(a.connect());
     ASSERT_TRUE(b.connect());
     ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+  }
+
+  void start_ranks(ScriptedAgent& a, ScriptedAgent& b, model::JobId& id) {
+    ASSERT_NO_FATAL_FAILURE(launch_on(a, b, id));
     for (int r = 0; r < 4; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
   }
 
@@ -160,9 +165,7 @@ TEST_F(CoordinatorTest, AnAcknowledgedRankStartSurvivesASigkillRightAfterItsAck)
   {
     ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
     ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
-    ASSERT_TRUE(a.connect());
-    ASSERT_TRUE(b.connect());
-    ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+    ASSERT_NO_FATAL_FAILURE(launch_on(a, b, id));
     // Three of four: the job stays STARTING, so no whole-record write carries them.
     for (int r = 0; r < 3; ++r) (r < 2 ? a : b).send(protocol::RankStarted{id, 0, r, 1000 + r});
     ASSERT_TRUE(a.all_acked());
@@ -184,9 +187,7 @@ TEST_F(CoordinatorTest, ARankStartWaitingForItsPacedWriteIsAcknowledgedOnlyOnceW
   {
     ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
     ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
-    ASSERT_TRUE(a.connect());
-    ASSERT_TRUE(b.connect());
-    ASSERT_TRUE(run_two_node_job(a, b, id).has_value());
+    ASSERT_NO_FATAL_FAILURE(launch_on(a, b, id));
     ASSERT_TRUE(a.all_acked());
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(coord_.database().c_str(), &db), SQLITE_OK);

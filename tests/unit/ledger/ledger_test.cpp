@@ -62,12 +62,16 @@ class LedgerTest : public ::testing::Test {
     ledger_->agent_message(node, m, now_);
     commit();
   }
+  // Alice submits this spec; what it changes is not committed yet.
+  auto submit_spec(const std::string& text) {
+    auto spec = model::parse_job_spec(text, "t.yaml");
+    EXPECT_TRUE(spec.has_value()) << spec.error().message();
+    return ledger_->submit("alice", *spec, text, now_);
+  }
   model::JobId submit(int nodes, int gpus, const std::string& more = "") {
     std::string text = "name: t\ncommand: \"true\"\nresources: {nodes: " + std::to_string(nodes) +
                        ", gpus_per_node: " + std::to_string(gpus) + "}\n" + more;
-    auto spec = model::parse_job_spec(text, "t.yaml");
-    EXPECT_TRUE(spec.has_value());
-    auto s = ledger_->submit("alice", *spec, text, now_);
+    auto s = submit_spec(text);
     EXPECT_TRUE(s.has_value());
     EXPECT_TRUE(store_.commit(s->change).has_value());
     ledger_->schedule(now_);
@@ -431,9 +435,7 @@ TEST_F(DependencyTest, ARestartKeepsTheWaitAndSettlesOnJobsThatEndedMeanwhileFro
 TEST_F(DependencyTest, AnArrayIsOneCommitOfJobsInARowAndItsLimitHoldsTheRestBack) {
   join("a", hello("a", 4));
   std::string text = "name: sweep\ncommand: \"true\"\nresources: {gpus_per_node: 1}\narray: \"0-9%2\"\n";
-  auto spec = model::parse_job_spec(text, "t.yaml");
-  ASSERT_TRUE(spec.has_value());
-  auto s = ledger_->submit("alice", *spec, text, now_);
+  auto s = submit_spec(text);
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->ids.size(), 10u);
   EXPECT_EQ(s->ids.back(), s->id + 9);
@@ -469,9 +471,7 @@ TEST_F(DependencyTest, AnArrayIsOneCommitOfJobsInARowAndItsLimitHoldsTheRestBack
 TEST_F(DependencyTest, AnArraysElementsKeepItsLimitButNotEachACopyOfItsIndices) {
   join("a", hello("a", 4));
   std::string text = "name: sweep\ncommand: \"true\"\nresources: {gpus_per_node: 1}\narray: \"0-9999%3\"\n";
-  auto spec = model::parse_job_spec(text, "t.yaml");
-  ASSERT_TRUE(spec.has_value());
-  auto s = ledger_->submit("alice", *spec, text, now_);
+  auto s = submit_spec(text);
   ASSERT_TRUE(s.has_value());
   ASSERT_EQ(s->ids.size(), 10000u);
   ASSERT_TRUE(store_.commit(s->change).has_value());
@@ -500,9 +500,7 @@ TEST_F(DependencyTest, AnArraysElementsKeepItsLimitButNotEachACopyOfItsIndices) 
 TEST_F(DependencyTest, ADependencyOnAnArraysIdWaitsForEveryElement) {
   join("a", hello("a", 4));
   std::string text = "name: sweep\ncommand: \"true\"\nresources: {gpus_per_node: 1}\narray: \"0-2\"\n";
-  auto spec = model::parse_job_spec(text, "t.yaml");
-  ASSERT_TRUE(spec.has_value());
-  auto s = ledger_->submit("alice", *spec, text, now_);
+  auto s = submit_spec(text);
   ASSERT_TRUE(s.has_value());
   ASSERT_TRUE(store_.commit(s->change).has_value());
   ledger_->schedule(now_);
