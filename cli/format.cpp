@@ -335,6 +335,12 @@ std::string format_node_summary(const std::vector<NodeInfo>& nodes) {
       std::string text = clean(model::GpuClass{c.name, c.memory_mib, c.driver}.to_string());
       classes.push_back(n.gpu_classes.size() == 1 ? text : std::to_string(c.count) + " × " + text);
     }
+    if (n.gpu_classes.empty() && !n.gpus.empty()) {
+      // A coordinator from before gpu_classes lists each GPU instead.
+      gpus = static_cast<int>(n.gpus.size());
+      used = static_cast<int>(std::count_if(n.gpus.begin(), n.gpus.end(), [](const GpuInfo& g) { return g.job.has_value(); }));
+      classes.push_back("(see --gpus)");
+    }
     table.add({cell(n.name), cell(n.state), std::to_string(gpus), std::to_string(used), cell(join(classes, "; ")),
                cell(n.address), n.simulated ? "yes" : "no", cell(n.reason)});
   }

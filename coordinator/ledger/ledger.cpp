@@ -709,7 +709,11 @@ void Ledger::tick(TimePoint now) {
   // earliest deadline the last walk saw, unless a link was added since (or came back from
   // lost, which agent_hello says): 2,000 links are walked every few seconds, not 4 times a
   // second.
-  if (now < next_silence_check_ && links_.size() == links_at_silence_check_) return;
+  // (A deadline further off than node_timeout means the wall clock stepped back: walk.)
+  if (now < next_silence_check_ && next_silence_check_ - now <= config_.node_timeout &&
+      links_.size() == links_at_silence_check_) {
+    return;
+  }
   next_silence_check_ = TimePoint::max();
   links_at_silence_check_ = links_.size();
   for (auto& [name, link] : links_) {

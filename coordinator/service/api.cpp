@@ -405,10 +405,20 @@ void Coordinator::read_history_from(std::shared_ptr<store::Store> reader) {
   history_work_ = std::make_unique<net::BlockingWork>(loop_, 1, "history");
 }
 
-void Coordinator::read_ended(std::function<std::function<void()>(store::Store&)> read) {
-  if (!history_reader_) return read(store_)();
+void Coordinator::read_ended(std::function<net::HttpResponse(store::Store&)> read, Respond respond) {
+  if (!history_reader_) return respond(read(store_));
+  // The callback stays here, on the loop: dropped with the coordinator, never on the
+  // worker (it holds the client's session).
+  const std::uint64_t id = next_read_++;
+  reads_waiting_.emplace(id, std::move(respond));
   history_work_->run([reader = history_reader_, read = std::move(read)] { return read(*reader); },
-                     [](std::function<void()> then) { then(); });
+                     [this, id](net::HttpResponse answer) {
+                       auto it = reads_waiting_.find(id);
+                       if (it == reads_waiting_.end()) return;
+                       Respond r = std::move(it->second);
+                       reads_waiting_.erase(it);
+                       r(std::move(answer));
+                     });
 }
 
 void Coordinator::history(const net::HttpRequest& request, Respond respond) {
@@ -433,23 +443,21 @@ void Coordinator::history(const net::HttpRequest& request, Respond respond) {
   q.users.assign(filter->users.begin(), filter->users.end());
   q.states.assign(filter->states.begin(), filter->states.end());
   // Read and rendered off the loop: nothing here touches the coordinator's state.
-  read_ended([q = std::move(q), respond = std::move(respond)](store::Store& store) mutable -> std::function<void()> {
-    auto response = std::make_shared<net::HttpResponse>();
-    if (auto ended = store.ended_jobs(q); !ended) {
-      *response = error_response(503, ended.error().message());
-    } else {
-      JsonArrayWriter out;
-      for (const auto& rec : *ended) {
-        JobView v;
-        v.record = &rec;
-        v.gpus = allocated_gpus(rec);
-        v.nodes = rec.allocation ? static_cast<int>(rec.allocation->nodes.size()) : 0;
-        out.add(job_json(v, nullptr));
-      }
-      *response = std::move(out).response();
-    }
-    return [respond = std::move(respond), response] { respond(std::move(*response)); };
-  });
+  read_ended(
+      [q = std::move(q)](store::Store& store) {
+        auto ended = store.ended_jobs(q);
+        if (!ended) return error_response(503, ended.error().message());
+        JsonArrayWriter out;
+        for (const auto& rec : *ended) {
+          JobView v;
+          v.record = &rec;
+          v.gpus = allocated_gpus(rec);
+          v.nodes = rec.allocation ? static_cast<int>(rec.allocation->nodes.size()) : 0;
+          out.add(job_json(v, nullptr));
+        }
+        return std::move(out).response();
+      },
+      std::move(respond));
 }
 
 void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
@@ -462,32 +470,18 @@ void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
   }
   const store::UsageKey key = by == "user" ? store::UsageKey::User : by == "node" ? store::UsageKey::Node
                                                                                    : store::UsageKey::Class;
-  // Ended jobs are summed by the store, off the loop; jobs still holding GPUs are counted
-  // up to now back on the loop, from the ledger.
-  // The answer is as of the request's moment, whenever the read is done.
+  // As of the request's moment: the GPU time of jobs holding GPUs now is counted here, on
+  // the loop, from the ledger; the store sums the jobs ended before this moment off the
+  // loop. A job that ends in between is in the first and not the second.
   const TimePoint now = clock_.now();
-  store::EndedQuery q{range->since, range->until.value_or(now), 0};
-  read_ended([this, q, key, by, range = *range, now, respond = std::move(respond)](
-                 store::Store& store) mutable -> std::function<void()> {
-    auto ended = std::make_shared<Result<std::vector<store::UsageRow>>>(store.gpu_usage(q, key));
-    return [this, ended, key, by = std::move(by), range, now, respond = std::move(respond)] {
-      respond(usage_answer(*ended, key, by, range, now));
-    };
-  });
-}
-
-net::HttpResponse Coordinator::usage_answer(const Result<std::vector<store::UsageRow>>& ended, store::UsageKey key,
-                                            const std::string& by, const TimeRange& range, TimePoint now) {
-  if (!ended) return error_response(503, ended.error().message());
-  const TimePoint until = range.until.value_or(now);
+  const TimePoint until = range->until.value_or(now);
+  constexpr double kMsPerHour = 3600.0 * 1000.0;
   struct Row {
     double gpu_hours = 0;
     std::int64_t jobs = 0;
   };
-  constexpr double kMsPerHour = 3600.0 * 1000.0;
-  std::map<std::string, Row> rows;
-  for (const auto& r : *ended) rows[r.key] = {static_cast<double>(r.gpu_ms) / kMsPerHour, r.jobs};
-  if (!range.until || *range.until > now) {
+  std::map<std::string, Row> running;
+  if (!range->until || *range->until > now) {
     auto product = [&](const std::string& node, int gpu) -> std::string {
       if (const auto* n = ledger_.scheduler().node(node)) {
         for (const auto& g : n->gpus) {
@@ -499,7 +493,7 @@ net::HttpResponse Coordinator::usage_answer(const Result<std::vector<store::Usag
     for (const auto& [id, job] : ledger_.live_jobs()) {
       const auto& rec = job.record;
       if (!model::holds_resources(rec.state) || !rec.allocation || !rec.started_at) continue;
-      const TimePoint from = std::max(*rec.started_at, range.since);
+      const TimePoint from = std::max(*rec.started_at, range->since);
       if (now <= from) continue;
       const double hours = static_cast<double>((now - from).count()) / kMsPerHour;
       std::set<std::string> counted;
@@ -508,28 +502,41 @@ net::HttpResponse Coordinator::usage_answer(const Result<std::vector<store::Usag
           const std::string k = key == store::UsageKey::User ? rec.user
                                 : key == store::UsageKey::Node ? na.node
                                                                : product(na.node, g);
-          Row& row = rows[k];
+          Row& row = running[k];
           row.gpu_hours += hours;
           if (counted.insert(k).second) ++row.jobs;
         }
       }
     }
   }
-  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    return a.second.gpu_hours != b.second.gpu_hours ? a.second.gpu_hours > b.second.gpu_hours : a.first < b.first;
-  });
-  Json list = Json::array();
-  double total = 0;
-  for (const auto& [name, row] : sorted) {
-    total += row.gpu_hours;
-    list.push_back(Json{{by, name}, {"gpu_hours", row.gpu_hours}, {"jobs", row.jobs}});
-  }
-  return json_response(200, Json{{"since", format_time(range.since)},
-                                 {"until", format_time(until)},
-                                 {"by", by},
-                                 {"total_gpu_hours", total},
-                                 {"rows", list}});
+  store::EndedQuery q{range->since, until, 0};
+  read_ended(
+      [q, key, by, since = range->since, until, rows = std::move(running)](store::Store& store) mutable {
+        auto ended = store.gpu_usage(q, key);
+        if (!ended) return error_response(503, ended.error().message());
+        for (const auto& r : *ended) {
+          Row& row = rows[r.key];
+          row.gpu_hours += static_cast<double>(r.gpu_ms) / kMsPerHour;
+          row.jobs += r.jobs;
+        }
+        std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+        std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+          return a.second.gpu_hours != b.second.gpu_hours ? a.second.gpu_hours > b.second.gpu_hours
+                                                          : a.first < b.first;
+        });
+        Json list = Json::array();
+        double total = 0;
+        for (const auto& [name, row] : sorted) {
+          total += row.gpu_hours;
+          list.push_back(Json{{by, name}, {"gpu_hours", row.gpu_hours}, {"jobs", row.jobs}});
+        }
+        return json_response(200, Json{{"since", format_time(since)},
+                                       {"until", format_time(until)},
+                                       {"by", by},
+                                       {"total_gpu_hours", total},
+                                       {"rows", list}});
+      },
+      std::move(respond));
 }
 
 void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request,

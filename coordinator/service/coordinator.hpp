@@ -139,14 +139,10 @@ class Coordinator final : public net::ServerHandler {
   void history(const net::HttpRequest& request, Respond respond);
   // GET /v1/usage: GPU-hours by user, node or GPU class.
   void usage(const net::HttpRequest& request, Respond respond);
-  // The usage answer from the store's sums of ended jobs and the ledger's running ones,
-  // as of `now`.
-  net::HttpResponse usage_answer(const Result<std::vector<store::UsageRow>>& ended, store::UsageKey key,
-                                 const std::string& by, const TimeRange& range, TimePoint now);
   // Runs `read` on the history reader's thread (or on the loop against the store, without
-  // a reader), then what it returns on the loop. `read` may use only what it captured by
+  // a reader) and answers with what it returns. `read` may use only what it captured by
   // value and the store it is given.
-  void read_ended(std::function<std::function<void()>(store::Store&)> read);
+  void read_ended(std::function<net::HttpResponse(store::Store&)> read, Respond respond);
   // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
   // seconds have passed, whichever is first; the caller then sees the state either way.
   void wait_job(model::JobId id, const net::HttpRequest& request, Respond respond);
@@ -190,6 +186,8 @@ class Coordinator final : public net::ServerHandler {
   store::Store& store_;
   std::shared_ptr<store::Store> history_reader_;
   std::unique_ptr<net::BlockingWork> history_work_;
+  std::unordered_map<std::uint64_t, Respond> reads_waiting_;  // by read, while history_work_ reads
+  std::uint64_t next_read_ = 0;
   model::CoordinatorConfig config_;
   ledger::Ledger ledger_;
   Committer committer_;

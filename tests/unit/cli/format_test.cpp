@@ -310,6 +310,14 @@ TEST(FormatNodes, ALinePerNodeSaysHowManyGpusAJobHoldsAndTheirClass) {
             "no heartbeat for 12s\n");
 }
 
+TEST(FormatNodes, ALinePerNodeFromACoordinatorThatListsEachGpuStillCountsThem) {
+  auto nodes = parse_nodes(kNodesJson);  // no gpu_classes
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message();
+  std::string text = format_node_summary(*nodes);
+  EXPECT_NE(text.find("gpu-a  up       2     1     (see --gpus)"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpu-c  down     0     0     -"), std::string::npos) << text;
+}
+
 TEST(FormatNodes, AMixedNodeCountsEachClassAndAControlCharacterIsNotPrinted) {
   auto nodes = parse_nodes(R"([{"name": "mixed", "address": "10.0.0.9", "state": "up", "reason": "",
       "simulated": false, "gpu_classes": [

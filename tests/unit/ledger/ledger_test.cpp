@@ -340,6 +340,29 @@ TEST_F(LedgerTest, EachSilentNodeIsLostAtTheFirstTickPastItsOwnTimeoutWhateverTh
   EXPECT_EQ(lost["b"], start + 30s + config_.node_timeout + step);
 }
 
+// The wall clock steps back an hour (an NTP correction): a node silent from then on is
+// still lost one node_timeout after its last heartbeat.
+TEST_F(LedgerTest, ANodeFallingSilentAfterTheClockStepsBackIsStillLostOnTime) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  ledger_->tick(now_);  // a walk: the next one due a node_timeout from now
+  now_ -= std::chrono::hours(1);
+  const TimePoint last = now_;
+  ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+  ledger_->agent_message("b", protocol::Heartbeat{}, now_);
+  std::optional<TimePoint> lost;
+  for (auto t = Duration::zero(); t <= config_.node_timeout + 1s && !lost; t += 250ms) {
+    now_ = last + t;
+    ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+    ledger_->tick(now_);
+    commit();
+    if (ledger_->scheduler().node("b")->state == model::NodeState::Down) lost = now_;
+  }
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(*lost, last + config_.node_timeout + 250ms);
+  EXPECT_EQ(ledger_->scheduler().node("a")->state, model::NodeState::Up);
+}
+
 // The rendezvous deadline, launch.rendezvous_timeout. Both agents stay heard from.
 // ---- dependencies
 
