@@ -135,7 +135,7 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
     if (rec.array) text += " (array " + std::to_string(first) + ", index " + std::to_string(rec.array->index) + ")";
     out.change.mutations.emplace_back(store::InsertJob{rec});
     out.change.mutations.emplace_back(store::AppendEvent{{id, now, std::move(text)}});
-    jobs_.emplace(id, Job{std::move(rec), kept, {}, {}, false, {}, {}, {}});
+    jobs_.emplace(id, Job{std::move(rec), kept, {}, {}, false, {}, {}});
     out.ids.push_back(id);
   }
   max_job_id_ = out.ids.back();
@@ -483,7 +483,6 @@ void Ledger::apply_change(const sched::JobChange& change) {
       job->launched_on.clear();
       job->prepare_sent_on.reset();
       job->prepared = false;
-      job->nodes_let_go.clear();
       job->rendezvous = {};
       job->hang = {};
       break;
@@ -928,27 +927,32 @@ void Ledger::settle_ending(Job& job) {
   if (rec.state != JobState::Ending || !rec.allocation) return;
   TimePoint now = now_;
   bool released = false;
+  bool all = true;  // every node let go, by its ranks' confirmation or a fence
   const std::set<std::string> let_go = store::released_nodes(rec);
   for (const auto& na : rec.allocation->nodes) {
     if (let_go.contains(na.node)) {
-      // Each node once: a gang of a thousand nodes confirms them one by one.
-      if (!job.nodes_let_go.insert(na.node).second) continue;
+      // Each node once (the scheduler knows which it has): a gang of a thousand nodes
+      // confirms them one by one.
+      const sched::SchedJob* held = scheduler_.job(rec.id);
+      if (held == nullptr || held->released(na.node)) continue;
       released = scheduler_.release_node(rec.id, na.node, now).has_value() || released;
     } else if (agent_lost(na.node)) {
       // Nobody can confirm these ranks dead while the node is away: fence what they hold,
       // so the job can end (or be requeued) without them.
       auto f = scheduler_.fence_node(rec.id, na.node, now);
-      if (!f) continue;
+      if (!f) {
+        all = false;
+        continue;
+      }
       rec.fences.push_back({f->attempt, f->node, f->gpus, f->host, f->port});
       persist_job(job, "ranks on " + na.node + " not confirmed dead (the node is lost): its GPUs" +
                            (f->port != 0 ? " and port " + std::to_string(f->port) : std::string()) +
                            " stay fenced until its agent confirms or an admin clears it");
+    } else {
+      all = false;
     }
   }
   if (released) out_.pass_wanted = true;  // those GPUs serve other jobs now
-  const std::set<std::string> now_let_go = store::released_nodes(rec);  // with the fences just made
-  bool all = std::all_of(rec.allocation->nodes.begin(), rec.allocation->nodes.end(),
-                         [&](const auto& na) { return now_let_go.contains(na.node); });
   if (all) job_event(rec.id, rec.attempt, sched::JobEvent::RanksGone);
 }
 
@@ -1418,7 +1422,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
       out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
       continue;
     }
-    Job job{record, *spec, {}, {}, false, {}, {}, {}};
+    Job job{record, *spec, {}, {}, false, {}, {}};
     // A deadline that passed before this process started was judged by the one before
     // (or would be judged now on a partial view): not again.
     if (record.started_at && now >= *record.started_at + spec->rendezvous_timeout) {
@@ -1441,9 +1445,8 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
       if (record.state == JobState::Ending) {
         const std::set<std::string> let_go = store::released_nodes(record);
         for (const auto& na : record.allocation->nodes) {
-          if (let_go.contains(na.node)) sj.released_nodes.push_back(na.node);
+          if (let_go.contains(na.node)) sj.released_nodes.insert(na.node);
         }
-        job.nodes_let_go = let_go;
       }
       ok = scheduler_.restore_active(std::move(sj));
       if (ok && record.state == JobState::Starting) {
@@ -1468,7 +1471,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
     if (model::is_terminal(record.state) && record.fenced()) {
       auto spec = model::parse_job_spec(record.spec_yaml, "job " + std::to_string(record.id));
       if (spec) *spec = element_spec(std::move(*spec));
-      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false, {}, {}, {}});
+      fenced_.insert_or_assign(record.id, Job{record, spec ? *spec : model::JobSpec{}, {}, {}, false, {}, {}});
     }
   }
   // Dependencies, once every live job is known: on a live job they wait, on an ended one

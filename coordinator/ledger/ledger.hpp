@@ -69,9 +69,6 @@ class Ledger {
     // answer came (in this process's life).
     std::optional<std::uint64_t> prepare_sent_on;
     bool prepared = false;
-    // ENDING: the nodes whose GPUs went back to the scheduler (store::released_nodes, as
-    // the ledger acted on them).
-    std::set<std::string> nodes_let_go;
     // The attempt's rendezvous deadline (launch.rendezvous_timeout): waiting for every
     // rank to check in, then asking the agents of the missing ranks what those do, then
     // done (failed, warned, or every rank in).

@@ -328,7 +328,7 @@ Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, Time
   Fence fence{id, job.attempt, na->node, na->gpus, alloc.master_addr, alloc.master_port};
   CORRAL_CHECK(ports_.hold(fence.host, fence.port, id));
   fair_share_.advance(now, gpus_by_user_);
-  job.released_nodes.push_back(na->node);
+  job.released_nodes.insert(na->node);
   auto user = gpus_by_user_.find(job.user);
   if (user != gpus_by_user_.end()) {
     user->second -= static_cast<int>(na->gpus.size());
@@ -424,7 +424,7 @@ void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint no
 int Scheduler::release_on(SchedJob& job, const std::string& node) {
   if (!job.allocation) return 0;
   if (job.released(node)) return 0;
-  job.released_nodes.push_back(node);
+  job.released_nodes.insert(node);
   int count = 0;
   for (const auto& na : job.allocation->nodes) {
     if (na.node != node) continue;
@@ -903,12 +903,11 @@ void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, c
   TimePoint when = now;
   for (const Ending& e : endings) {
     const auto& alloc = *e.job->allocation;
-    const auto& released = e.job->released_nodes;
     for (const auto& na : alloc.nodes) {
       int idx = node_index_.at(na.node);
       const NodeSlot& slot = nodes_[static_cast<std::size_t>(idx)];
       if (slot.node.state != model::NodeState::Up || !slot.reachable) continue;
-      if (std::find(released.begin(), released.end(), na.node) != released.end()) continue;  // free already
+      if (e.job->released(na.node)) continue;  // free already
       for (int g : na.gpus) {
         int pos = slot.position.at(g);
         future.add_free(idx, slot.layout.gpu_class[static_cast<std::size_t>(pos)], pos);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -38,11 +39,11 @@ struct SchedJob {
   std::optional<TimePoint> started_at;        // when it last entered STARTING
   std::optional<model::Allocation> allocation;  // while STARTING, RUNNING or ENDING
   std::optional<model::JobState> outcome;      // while ENDING: where it goes when its ranks are gone
-  std::vector<std::string> released_nodes;     // while ENDING: nodes whose ranks are confirmed gone
+  // While ENDING: nodes whose ranks are confirmed gone, or fenced (a set: a gang of a
+  // thousand nodes asks for each of them as each confirms).
+  std::set<std::string, std::less<>> released_nodes;
 
-  bool released(std::string_view node) const {
-    return std::find(released_nodes.begin(), released_nodes.end(), node) != released_nodes.end();
-  }
+  bool released(std::string_view node) const { return released_nodes.contains(node); }
   PendingReason reason;                        // while PENDING
   // While set, the job is not placed and this is its reason (a dependency not met yet).
   std::optional<PendingReason> held;

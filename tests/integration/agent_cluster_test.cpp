@@ -334,7 +334,7 @@ TEST_F(AgentClusterTest, AnAgentWhoseNvidiaSmiHangsAtStartAnswersSignalsAndJoins
     auto asked = std::chrono::steady_clock::now();
     ::kill(n.process().pid(), SIGTERM);
     int status = n.process().wait();
-    EXPECT_LT(std::chrono::steady_clock::now() - asked, 2s);
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, 2s * testing::kSanitizerSlowdown);
     ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
     EXPECT_EQ(WEXITSTATUS(status), 0) << [&] {
       std::string all;
