@@ -25,7 +25,7 @@ def skip(why):
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import WebDriverException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -45,6 +45,18 @@ from localcluster import LocalCluster  # noqa: E402
 build, artifacts = sys.argv[1], sys.argv[2]
 os.makedirs(artifacts, exist_ok=True)
 checks = 0
+
+
+def click(wait, driver, by, what):
+    """Clicks the element once it can be: the live feed may render it anew between finding
+    and clicking it (jobs still being submitted), and the click then goes to the new one."""
+    def clicked(_):
+        try:
+            driver.find_element(by, what).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+    wait.until(clicked)
 
 
 def check(condition, what):
@@ -163,14 +175,14 @@ def main():
             wait.until(lambda _: "of 12" in text("queue-pager"))
             pager = text("queue-pager")
             check("rows 1–100 of 12" in pager, "pager: " + pager)
-            d.find_element(By.ID, "queue-next").click()
+            click(wait, d, By.ID, "queue-next")
             wait.until(lambda _: "rows 101–" in text("queue-pager"))
             check(len(d.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) >= 20, "the second page has rows")
-            d.find_element(By.ID, "queue-prev").click()
+            click(wait, d, By.ID, "queue-prev")
             wait.until(lambda _: "rows 1–100" in text("queue-pager"))
 
             # A GPU cell opens the job that holds it.
-            d.find_element(By.CSS_SELECTOR, '[data-node="bench-a"] .gpu.held').click()
+            click(wait, d, By.CSS_SELECTOR, '[data-node="bench-a"] .gpu.held')
             wait.until(lambda _: d.find_elements(By.ID, "job-title"))
             check(f"Job {trainer} · trainer · RUNNING" in text("job-title"), "from the grid: " + text("job-title"))
             check(d.execute_script("return window.__corralMarker") == "same page", "the page was not reloaded")
