@@ -62,7 +62,8 @@ Agent::Agent(net::EventLoop& loop, model::AgentConfig config, protocol::Hello no
   link_ = std::make_unique<CoordinatorLink>(
       loop_, opts, config_.reconnect_max_backoff,
       CoordinatorLink::Handlers{[this] { return hello(); }, [this] { on_welcomed(); },
-                                [this](protocol::CoordinatorMessage m) { on_message(std::move(m)); }});
+                                [this](protocol::CoordinatorMessage m) { on_message(std::move(m)); },
+                                [this] { on_acknowledged(); }});
   launcher_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-launch");
   work_ = std::make_unique<net::BlockingWork>(loop_, 4, "agent-work");
   stacks_ = std::make_unique<net::BlockingWork>(loop_, 1, "agent-stacks");
@@ -83,15 +84,23 @@ void Agent::kill_orphans() {
   // Ranks an earlier agent process started: nobody watches them any more, and this
   // process cannot wait for them. Kill them, unless the pid was reused since, and report
   // each as ended: a coordinator that did not notice the restart (it took less than
-  // node_timeout) still counts them as running, and fails or requeues their job now.
+  // node_timeout) still counts them as running, and fails or requeues their job now. A
+  // rank that ended under the earlier agent, which could not get its report acknowledged,
+  // is reported as it ended. Each marker goes once its report is acknowledged. Each
+  // attempt is then swept as one whose ranks ended here, and confirmed gone (AttemptGone).
   // Called before the loop runs: the sweeps of /proc may take their time here.
-  for (const auto& left : spool_.take_leftovers()) {
-    bool alive = left.pid > 0 && !left.start_time.empty() && process_start_time(left.pid) == left.start_time;
+  for (const auto& left : spool_.leftovers()) {
+    const bool leader =
+        left.pid > 0 && !left.start_time.empty() && process_start_time(left.pid) == left.start_time;
+    bool alive = leader;
     if (alive) {
       spdlog::warn("killing rank process group {} left by an earlier agent ({})", left.pid, left.marker);
       signal_group(left.pid, SIGKILL);
     }
-    if (!left.named) continue;
+    if (!left.named) {
+      spool_.forget(left.marker);
+      continue;
+    }
     // Also what left the rank's group, or a rank whose pid never reached its marker (the
     // earlier agent died between the fork and writing it): found by its environment.
     for (pid_t pid : attempt_processes(left.job, left.attempt, agent_id_)) {
@@ -100,14 +109,38 @@ void Agent::kill_orphans() {
       alive = true;
     }
     protocol::RankExited m{left.job, left.attempt, left.rank, 0, 0, "", false};
-    if (alive) {
+    if (auto ended = spool_.recorded_exit(left.job, left.attempt, left.rank)) {
+      m = *ended;
+    } else if (alive) {
       m.signal = SIGKILL;
       m.reason = "killed by signal 9: left running by an earlier corral-agent process (the agent restarted)";
     } else {
       m.exit_code = -1;
       m.reason = "ended while no corral-agent ran on the node (the agent restarted); exit status unknown";
     }
-    send(m);  // queued until the coordinator welcomes us
+    report_end(m, left.marker);  // queued until the coordinator welcomes us
+    // Its group's id is ours only if its leader was found alive (and killed) just now.
+    Job& job = jobs_[{left.job, left.attempt}];
+    job.killing = true;
+    job.ranks[left.rank] = Rank{left.rank, left.pid, true, !leader, false, "", {}};
+  }
+  std::vector<Key> left;
+  for (const auto& [key, job] : jobs_) left.push_back(key);
+  for (const auto& key : left) finish_kill(key);
+}
+
+void Agent::report_end(const protocol::RankExited& m, std::string marker) {
+  // Kept on disk first: an agent killed before the report is acknowledged leaves the
+  // marker and this record to the next one, which says it again.
+  spool_.record_exit(m);
+  send(m);
+  ends_reported_.emplace_back(link_->reports_made(), std::move(marker));
+}
+
+void Agent::on_acknowledged() {
+  while (!ends_reported_.empty() && ends_reported_.front().first <= link_->settled()) {
+    spool_.forget(ends_reported_.front().second);
+    ends_reported_.pop_front();
   }
 }
 
@@ -320,7 +353,7 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
   Job& job = it->second;
   job.launching = false;
   for (const auto& s : outcome.started) {
-    job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, s.log, s.gpus};
+    job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, false, s.log, s.gpus};
     job.gpus.insert(job.gpus.end(), s.gpus.begin(), s.gpus.end());
   }
   for (const auto& report : outcome.reports) {
@@ -393,13 +426,12 @@ void Agent::rank_done(const Key& key, Rank& rank, int status) {
   rank.exited = true;
   // Whatever the rank left behind in its group (data loader workers, shells) goes too.
   signal_group(rank.pid, SIGKILL);
-  spool_.clear_running(key.first, key.second, rank.rank);
+  rank.group_gone = !group_alive(rank.pid);
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
-  spool_.record_exit(m);
   spdlog::info("job {} rank {} {}", key.first, rank.rank, m.reason);
-  send(m);
+  report_end(m, Spool::marker_name(key.first, key.second, rank.rank));
   Job& job = jobs_[key];
   bool all = std::all_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r.second.exited; });
   if (job.escalation) job.escalation->exited(rank.rank);
@@ -466,7 +498,9 @@ void Agent::finish_kill(const Key& key) {
   // One sweep at a time: it looks again until nothing is left.
   if (job.sweep) return;
   SweepTarget target{key.first, key.second, agent_id_, {}};
-  for (const auto& [r, rank] : job.ranks) target.groups.push_back(rank.pid);
+  for (const auto& [r, rank] : job.ranks) {
+    if (!rank.group_gone) target.groups.push_back(rank.pid);
+  }
   if (job.nccl_root.group() != 0) target.groups.push_back(job.nccl_root.group());
   job.sweep = std::make_unique<AttemptSweep>(
       loop_, *work_, std::move(target), [this] { reap(); },
@@ -535,7 +569,19 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
              [this](const protocol::LogData& d) { send(d); });
 }
 
+void Agent::let_go_of_empty_groups() {
+  // A group whose leader was reaped keeps its id only while a process is in it. Looked at
+  // every watch, so that an id is let go long before the pids could wrap round to it.
+  for (auto& [key, job] : jobs_) {
+    for (auto& [r, rank] : job.ranks) {
+      if (rank.exited && !rank.group_gone && !group_alive(rank.pid)) rank.group_gone = true;
+    }
+    job.nccl_root.let_go_if_empty();
+  }
+}
+
 void Agent::watch_ranks() {
+  let_go_of_empty_groups();
   if (watch_running_) return;  // the last look is still going
   ++watch_count_;
   const bool sample = watch_count_ % kHangSampleEvery == 0;
@@ -549,6 +595,9 @@ void Agent::watch_ranks() {
     std::vector<std::pair<WatchedRank, std::vector<int>>> on_gpus;  // with their GPUs
   };
   std::vector<Look> looks;
+  // Asked of nvidia-smi (tens of ms of CPU) only while a watched rank on GPUs is idle on
+  // the CPU: a rank that computes there makes progress whatever its GPUs do.
+  bool utilization = false;
   for (auto& [key, job] : jobs_) {
     if (job.killing) continue;
     Look look{key, job.master_addr, job.master_port, {}, {}, {}};
@@ -558,7 +607,10 @@ void Agent::watch_ranks() {
           (rank.join_looks++ < kEagerJoinLooks || watch_count_ % kLateJoinEvery == 0)) {
         look.joining.push_back({r, rank.pid});
       }
-      if (sample && job.hang_timeout.count() > 0) look.sampled.push_back({r, rank.pid});
+      if (sample && job.hang_timeout.count() > 0) {
+        look.sampled.push_back({r, rank.pid});
+        utilization = utilization || (rank.progress.cpu_idle() && !rank.gpus.empty());
+      }
       if (gpu_check && !rank.gpus.empty()) look.on_gpus.push_back({{r, rank.pid}, rank.gpus});
     }
     if (!look.joining.empty() || !look.sampled.empty() || !look.on_gpus.empty()) looks.push_back(std::move(look));
@@ -569,12 +621,23 @@ void Agent::watch_ranks() {
     std::vector<std::pair<Key, int>> joined;
     std::vector<std::pair<Key, protocol::RankProcess>> sampled;
     std::vector<std::pair<Key, std::pair<int, GpuMisuse>>> misuse;
+    std::map<int, int> gpu_busy;  // percent by GPU index, when sampled and known
     CpuProgress::Clock::time_point at;
   };
+  utilization = utilization && hooks_.gpu_utilization;
   offload(
       *work_,
-      [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus] {
+      [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus, utilization,
+       busy_hook = hooks_.gpu_utilization] {
         Seen seen;
+        if (utilization) {
+          auto busy = busy_hook();
+          if (busy) {
+            seen.gpu_busy = std::move(*busy);
+          } else {
+            spdlog::warn("cannot read the GPUs' utilization: {}", busy.error().message());
+          }
+        }
         Result<std::vector<ComputeApp>> apps = std::vector<ComputeApp>{};
         if (gpu_check) apps = apps_hook();
         if (!apps) spdlog::warn("cannot check the ranks' GPUs: {}", apps.error().message());
@@ -615,7 +678,11 @@ void Agent::watch_ranks() {
         for (const auto& [key, p] : seen.sampled) {
           auto [job, rank] = find(key, p.rank);
           if (rank == nullptr || !p.alive) continue;
-          auto change = rank->progress.sample(seen.at, p.cpu_ms, job->hang_timeout);
+          bool gpu_busy = std::any_of(rank->gpus.begin(), rank->gpus.end(), [&](int g) {
+            auto u = seen.gpu_busy.find(g);
+            return u != seen.gpu_busy.end() && u->second > 0;
+          });
+          auto change = rank->progress.sample(seen.at, p.cpu_ms, job->hang_timeout, gpu_busy);
           if (change == CpuProgress::Change::None) continue;
           bool stalled = change == CpuProgress::Change::Stalled;
           rank->stalled_state = p.state;

@@ -53,6 +53,10 @@ struct AgentHooks {
   // The processes using the node's GPUs now (nvidia-smi --query-compute-apps, or the
   // simulated inventory's file), to find ranks using GPUs not their own; unset: not checked.
   std::function<Result<std::vector<ComputeApp>>()> compute_apps;
+  // Each GPU's utilization now, in percent by index (nvidia-smi, or the simulated
+  // inventory's file): a rank whose GPUs are busy is not hung, whatever its CPU does.
+  // Unset: the hang detector goes by CPU alone.
+  std::function<Result<std::map<int, int>>()> gpu_utilization;
 };
 
 class Agent {
@@ -74,6 +78,9 @@ class Agent {
     int rank = 0;
     pid_t pid = 0;
     bool exited = false;
+    // Exited, and its process group seen empty since: the kernel may give the group's id
+    // to any new process, so it is never signalled again.
+    bool group_gone = false;
     bool joined = false;  // checked in to the rendezvous (RankJoined sent)
     std::string log;
     std::vector<int> gpus;
@@ -134,12 +141,17 @@ class Agent {
   void remember_finished(const Key& key);
   void release_job_resources(Job& job);
   void kill_orphans();
+  // Records a rank's end in the spool, reports it, and forgets its marker (`marker`)
+  // once the coordinator acknowledges the report (on_acknowledged).
+  void report_end(const protocol::RankExited& m, std::string marker);
+  void on_acknowledged();
   void run_preflight();
   // Once the node is surveyed: the link, and the periodic preflight.
   void on_surveyed(protocol::Hello node);
   // Looks, off the loop, for ranks that checked in since the last look, and every
   // kHangSampleEvery-th time at the CPU time of the ranks whose progress is watched.
   void watch_ranks();
+  void let_go_of_empty_groups();
 
   net::EventLoop& loop_;
   model::AgentConfig config_;
@@ -153,8 +165,10 @@ class Agent {
   bool watch_running_ = false;
   std::uint64_t watch_count_ = 0;
   std::map<Key, Job> jobs_;
-  std::deque<Key> finished_;         // attempts that ended here, most recent last
-  std::string agent_id_;             // CORRAL_AGENT_ID of the ranks started here
+  std::deque<Key> finished_;  // attempts that ended here, most recent last
+  // Ends reported and not yet acknowledged: (the report's number, the rank's marker).
+  std::deque<std::pair<std::uint64_t, std::string>> ends_reported_;
+  std::string agent_id_;  // CORRAL_AGENT_ID of the ranks started here
   std::string interface_;
   std::string health_error_;
   bool preflight_running_ = false;

@@ -23,17 +23,17 @@ void AttemptSweep::start() { look(0); }
 void AttemptSweep::look(int tries) {
   if (before_look_) before_look_();
   std::string left;
+  std::erase_if(target_.groups, [](pid_t group) { return group <= 0 || !group_alive(group); });
   for (pid_t group : target_.groups) {
-    if (group > 0 && group_alive(group)) {
-      signal_group(group, SIGKILL);
-      left += (left.empty() ? "" : ", ") + std::string("group ") + std::to_string(group);
-    }
+    signal_group(group, SIGKILL);
+    left += (left.empty() ? "" : ", ") + std::string("group ") + std::to_string(group);
   }
   std::weak_ptr<bool> alive = alive_;
   work_.run(
-      [job = target_.job, attempt = target_.attempt, agent_id = target_.agent_id, proc = target_.proc] {
+      [job = target_.job, attempt = target_.attempt, agent_id = target_.agent_id, proc = target_.proc,
+       kill = target_.kill_process] {
         std::vector<pid_t> killed = attempt_processes(job, attempt, agent_id, proc);
-        for (pid_t pid : killed) ::kill(pid, SIGKILL);
+        for (pid_t pid : killed) kill(pid);
         return killed;
       },
       [this, alive, tries, left](const std::vector<pid_t>& killed) {

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <csignal>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,9 +29,15 @@ namespace corral::agent {
 struct SweepTarget {
   long long job = 0;
   int attempt = 0;
-  std::string agent_id;        // CORRAL_AGENT_ID of the ranks this agent started
-  std::vector<pid_t> groups;   // the leaders of the attempt's process groups
+  std::string agent_id;  // CORRAL_AGENT_ID of the ranks this agent started
+  // The attempt's process groups whose ids are still its own: a group's id stays ours
+  // while its leader is not reaped, and after that until the group is first seen empty
+  // (from then the kernel may give it to any new process). The sweep drops each group
+  // the first time it finds it empty.
+  std::vector<pid_t> groups;
   std::string proc = "/proc";  // procfs root (tests point it elsewhere)
+  // How a process found by its environment is killed: SIGKILL (tests replace it).
+  std::function<void(pid_t)> kill_process = [](pid_t pid) { ::kill(pid, SIGKILL); };
 };
 
 class AttemptSweep {

@@ -64,7 +64,12 @@ void CoordinatorLink::on_text(std::string text) {
     return;
   }
   if (const auto* welcome = std::get_if<protocol::Welcome>(&*decoded)) return on_welcome(*welcome);
-  if (const auto* ack = std::get_if<protocol::Ack>(&*decoded)) return outbox_.acknowledged(ack->received);
+  if (const auto* ack = std::get_if<protocol::Ack>(&*decoded)) {
+    auto before = outbox_.settled();
+    outbox_.acknowledged(ack->received);
+    if (outbox_.settled() != before && handlers_.acknowledged) handlers_.acknowledged();
+    return;
+  }
   handlers_.message(std::move(*decoded));
 }
 

@@ -33,6 +33,8 @@ class CoordinatorLink {
     std::function<void()> welcomed;
     // Every message but Welcome and Ack.
     std::function<void(protocol::CoordinatorMessage)> message;
+    // Reports were acknowledged: settled() went up. May be empty.
+    std::function<void()> acknowledged = {};
   };
   CoordinatorLink(net::EventLoop& loop, net::WsClientOptions options, Duration max_backoff, Handlers handlers);
   ~CoordinatorLink();
@@ -48,6 +50,11 @@ class CoordinatorLink {
 
   bool welcomed() const { return welcomed_; }
   std::size_t unacknowledged() const { return outbox_.held() + outbox_.unacknowledged(); }
+  // The number of the last report sent, and how many of the first reports the coordinator
+  // has acknowledged (or that were dropped over the outbox's bound): report n needs
+  // nothing more from its maker once settled() >= n.
+  std::uint64_t reports_made() const { return outbox_.made(); }
+  std::uint64_t settled() const { return outbox_.settled(); }
 
  private:
   void connect();

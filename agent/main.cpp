@@ -120,9 +120,19 @@ int main(int argc, char** argv) {
     hello.cuda = inv->cuda;
     hello.gpus = inv->gpus;
     hooks.compute_apps = [file = inv->compute_apps_file] { return agent::read_simulated_compute_apps(file); };
+    if (!inv->utilization_file.empty()) {
+      hooks.gpu_utilization = [file = inv->utilization_file] {
+        return agent::read_simulated_gpu_utilization(file);
+      };
+    }
   } else {
     hooks.survey = [c = *config](protocol::Hello node) { return survey(c, std::move(node)); };
-    hooks.compute_apps = [c = *config] { return agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi); };
+    hooks.compute_apps = [c = *config] {
+      return agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi);
+    };
+    hooks.gpu_utilization = [c = *config] {
+      return agent::read_gpu_utilization(agent::system_command_runner(), c.nvidia_smi);
+    };
     hooks.preflight = [c = *config](std::size_t expected) { return preflight(c, expected); };
     hooks.gpus_still_held = [c = *config](const std::vector<std::string>& uuids) {
       std::vector<std::string> held;

@@ -89,7 +89,13 @@ void NcclRootHold::hold(const NcclRootChild& child) {
 bool NcclRootHold::reaped(pid_t pid) {
   if (pid_ == 0 || pid != pid_) return false;
   pid_ = 0;
+  let_go_if_empty();
   return true;
+}
+
+void NcclRootHold::let_go_if_empty() {
+  // A leader killed by release() but not reaped yet keeps the group alive (a zombie).
+  if (pid_ == 0 && group_ != 0 && !group_alive(group_)) group_ = 0;
 }
 
 void NcclRootHold::release() {

@@ -44,7 +44,11 @@ class NcclRootHold {
   bool reaped(pid_t pid);
   // Closes its stdin and SIGKILLs its group, unless it was reaped already.
   void release();
-  // The leader of its process group once started (0: never started), for the sweep.
+  // Once its leader is reaped, the group's id is ours only while a process is in it: the
+  // first time it is found empty, the id is let go (group() is 0 from then on).
+  void let_go_if_empty();
+  // The leader of its process group while the id is ours (0: never started, or let go),
+  // for the sweep.
   pid_t group() const { return group_; }
 
  private:

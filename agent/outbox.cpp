@@ -3,7 +3,11 @@
 namespace corral::agent {
 
 void Outbox::hold(std::string text) {
-  if (held_.size() >= max_held_) held_.pop_front();
+  ++made_;
+  if (held_.size() >= max_held_) {
+    held_.pop_front();
+    ++settled_;
+  }
   held_.push_back(std::move(text));
 }
 
@@ -11,12 +15,16 @@ void Outbox::acknowledged(std::uint64_t received) {
   while (acked_ < received && !unacked_.empty()) {
     unacked_.pop_front();
     ++acked_;
+    ++settled_;
   }
 }
 
 void Outbox::link_lost() {
   held_.insert(held_.begin(), unacked_.begin(), unacked_.end());
-  while (held_.size() > max_held_) held_.pop_front();
+  while (held_.size() > max_held_) {
+    held_.pop_front();
+    ++settled_;
+  }
   unacked_.clear();
   acked_ = 0;
 }

@@ -472,7 +472,8 @@ std::vector<protocol::RankProcess> inspect_ranks(const std::vector<WatchedRank>&
   return out;
 }
 
-CpuProgress::Change CpuProgress::sample(Clock::time_point now, std::int64_t cpu_ms, std::chrono::milliseconds timeout) {
+CpuProgress::Change CpuProgress::sample(Clock::time_point now, std::int64_t cpu_ms,
+                                        std::chrono::milliseconds timeout, bool gpu_busy) {
   if (!started_) {
     started_ = true;
     mark_at_ = now;
@@ -482,7 +483,8 @@ CpuProgress::Change CpuProgress::sample(Clock::time_point now, std::int64_t cpu_
   if (cpu_ms < mark_cpu_) mark_cpu_ = cpu_ms;  // a process of the group ended: its time left with it
   auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - mark_at_).count();
   std::int64_t used = cpu_ms - mark_cpu_;
-  if (used > 0 && used * 100 >= elapsed) {
+  cpu_idle_ = !(used > 0 && used * 100 >= elapsed);
+  if (gpu_busy || !cpu_idle_) {
     mark_at_ = now;
     mark_cpu_ = cpu_ms;
     if (stalled_) {

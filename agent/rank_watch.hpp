@@ -84,14 +84,21 @@ std::vector<protocol::RankProcess> inspect_ranks(const std::vector<WatchedRank>&
 // Whether a rank makes progress, from samples of its CPU time: it does while its
 // processes used, on average since the last time they did, at least 1 % of one core (a
 // thread that wakes now and then to poll is no progress; a rank computing, or spinning
-// in a collective, is). Stalled once it has not for `timeout`.
+// in a collective, is), or while one of its GPUs is busy (real GPUs: a rank waiting on
+// its kernels uses no CPU). Stalled once it has not for `timeout`.
 class CpuProgress {
  public:
   using Clock = std::chrono::steady_clock;
   enum class Change { None, Stalled, Moving };
 
-  Change sample(Clock::time_point now, std::int64_t cpu_ms, std::chrono::milliseconds timeout);
+  // `gpu_busy`: a GPU of the rank's was busy (utilization above 0 %) at this sample, which
+  // is progress whatever the CPU did.
+  Change sample(Clock::time_point now, std::int64_t cpu_ms, std::chrono::milliseconds timeout,
+                bool gpu_busy = false);
   bool stalled() const { return stalled_; }
+  // Whether the CPU alone made no progress at the last sample: only then does it matter
+  // whether a GPU is busy (the watch asks nvidia-smi only for such ranks).
+  bool cpu_idle() const { return cpu_idle_; }
   // How long since it last made progress.
   std::chrono::milliseconds idle(Clock::time_point now) const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(now - mark_at_);
@@ -100,6 +107,7 @@ class CpuProgress {
  private:
   bool started_ = false;
   bool stalled_ = false;
+  bool cpu_idle_ = false;
   Clock::time_point mark_at_{};
   std::int64_t mark_cpu_ = 0;
 };

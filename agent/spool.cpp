@@ -20,8 +20,17 @@ std::string Spool::log_path(model::JobId job, int attempt, int rank) const {
   return attempt_dir(job, attempt) + "/rank-" + std::to_string(rank) + ".log";
 }
 
+std::string Spool::marker_name(model::JobId job, int attempt, int rank) {
+  return std::to_string(job) + "-" + std::to_string(attempt) + "-" + std::to_string(rank);
+}
+
 std::string Spool::marker_path(model::JobId job, int attempt, int rank) const {
-  return root_ + "/running/" + std::to_string(job) + "-" + std::to_string(attempt) + "-" + std::to_string(rank);
+  return root_ + "/running/" + marker_name(job, attempt, rank);
+}
+
+void Spool::forget(const std::string& marker) const {
+  std::error_code ec;
+  fs::remove(root_ + "/running/" + marker, ec);
 }
 
 Result<void> Spool::create() const {
@@ -65,29 +74,29 @@ bool Spool::started_before(model::JobId job, int attempt, int rank) const {
   return fs::exists(log_path(job, attempt, rank), ec);
 }
 
-protocol::RankExited Spool::ended_before(model::JobId job, int attempt, int rank) const {
-  protocol::RankExited m{job, attempt, rank, -1, 0,
-                         "started on this node before and not running now; its end is unknown (the agent restarted)",
-                         false};
+std::optional<protocol::RankExited> Spool::recorded_exit(model::JobId job, int attempt, int rank) const {
   std::ifstream in(log_path(job, attempt, rank) + ".exit");
-  int code = 0;
-  int signal = 0;
-  if (in >> code >> signal) {
-    m.exit_code = code;
-    m.signal = signal;
-    std::getline(in >> std::ws, m.reason);
-  }
+  protocol::RankExited m{job, attempt, rank, 0, 0, "", false};
+  if (!(in >> m.exit_code >> m.signal)) return std::nullopt;
+  std::getline(in >> std::ws, m.reason);
   return m;
 }
 
-std::vector<Spool::Leftover> Spool::take_leftovers() const {
+protocol::RankExited Spool::ended_before(model::JobId job, int attempt, int rank) const {
+  return recorded_exit(job, attempt, rank)
+      .value_or(protocol::RankExited{
+          job, attempt, rank, -1, 0,
+          "started on this node before and not running now; its end is unknown (the agent restarted)",
+          false});
+}
+
+std::vector<Spool::Leftover> Spool::leftovers() const {
   std::vector<Leftover> left;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root_ + "/running", ec)) {
     Leftover l;
     l.marker = entry.path().filename().string();
     std::ifstream(entry.path()) >> l.pid >> l.start_time;
-    fs::remove(entry.path(), ec);
     long long job = 0;
     char rest = 0;
     l.named = std::sscanf(l.marker.c_str(), "%lld-%d-%d%c", &job, &l.attempt, &l.rank, &rest) == 3 && job > 0;

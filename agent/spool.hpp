@@ -1,12 +1,14 @@
 #pragma once
 // Spool: the agent's folder on disk, which outlives the agent process. It holds each
 // rank's log and, beside it, how the rank ended (`rank-R.log.exit`); a marker per running
-// rank (`running/JOB-ATTEMPT-RANK`: pid and start time), so that the next agent process
-// finds what this one left; and the agent's id. Plain file operations, safe on any
+// rank (`running/JOB-ATTEMPT-RANK`: pid and start time), kept until the coordinator has
+// acknowledged the rank's end, so that the next agent process finds what this one left or
+// did not get to report; and the agent's id. Plain file operations, safe on any
 // thread; the paths are fixed at construction.
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,16 +35,22 @@ class Spool {
   // start time.
   void mark_running(model::JobId job, int attempt, int rank, pid_t pid) const;
   void clear_running(model::JobId job, int attempt, int rank) const;
+  static std::string marker_name(model::JobId job, int attempt, int rank);
+  // Removes the marker of that name (from marker_name or a Leftover).
+  void forget(const std::string& marker) const;
 
   // How a rank ended, kept beside its log so that an agent restarted before the report
   // was acknowledged can still say it.
   void record_exit(const protocol::RankExited& m) const;
+  // How a rank ended, as record_exit kept it; nullopt when nothing was recorded.
+  std::optional<protocol::RankExited> recorded_exit(model::JobId job, int attempt, int rank) const;
   // A rank of an attempt that was launched here before: how it ended, from the spool.
   protocol::RankExited ended_before(model::JobId job, int attempt, int rank) const;
   // Whether this rank was ever started here (its log exists).
   bool started_before(model::JobId job, int attempt, int rank) const;
 
-  // The ranks an earlier agent process marked running; their markers are removed.
+  // The markers an earlier agent process left: ranks it started and whose end the
+  // coordinator had not acknowledged. Each stays until forgotten.
   struct Leftover {
     model::JobId job = 0;
     int attempt = 0;
@@ -52,7 +60,7 @@ class Spool {
     pid_t pid = 0;
     std::string start_time;
   };
-  std::vector<Leftover> take_leftovers() const;
+  std::vector<Leftover> leftovers() const;
 
  private:
   std::string marker_path(model::JobId job, int attempt, int rank) const;

@@ -95,8 +95,32 @@ Result<std::vector<ComputeApp>> read_compute_apps(const CommandRunner& run, cons
   return parse_compute_apps(*out);
 }
 
+Result<std::map<int, int>> read_gpu_utilization(const CommandRunner& run, const std::string& nvidia_smi,
+                                                Duration timeout) {
+  auto out = run_nvidia_smi(run, command(nvidia_smi, kQueryUtilizationArgs), timeout);
+  if (!out) return std::unexpected(out.error());
+  return parse_gpu_utilization(*out);
+}
+
 namespace {
-constexpr std::size_t kMaxSimComputeAppsBytes = 1 << 20;
+constexpr std::size_t kMaxSimOutputBytes = 1 << 20;
+
+// A recorded nvidia-smi answer of a simulated node: "" when the file is not there.
+Result<std::string> read_recorded_output(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::string();
+  std::string text(kMaxSimOutputBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxSimOutputBytes)
+    return make_error(ErrorCode::InvalidArgument, file + ": larger than 1 MiB");
+  return text;
+}
+
+std::string beside(const std::string& inventory, const std::string& file) {
+  std::filesystem::path p(file);
+  return p.is_absolute() ? p.string() : (std::filesystem::path(inventory).parent_path() / p).string();
+}
 }  // namespace
 
 Result<Inventory> read_simulated_inventory(const std::string& path, std::string_view node) {
@@ -122,25 +146,27 @@ Result<Inventory> read_simulated_inventory(const std::string& path, std::string_
   inventory.cuda = sim->cuda;
   inventory.driver = std::move(sim->driver);
   inventory.simulated = true;
-  if (!sim->compute_apps.empty()) {
-    std::filesystem::path file(sim->compute_apps);
-    inventory.compute_apps_file =
-        file.is_absolute() ? file.string() : (std::filesystem::path(path).parent_path() / file).string();
-  }
+  if (!sim->compute_apps.empty()) inventory.compute_apps_file = beside(path, sim->compute_apps);
+  if (!sim->utilization.empty()) inventory.utilization_file = beside(path, sim->utilization);
   return inventory;
 }
 
 Result<std::vector<ComputeApp>> read_simulated_compute_apps(const std::string& file) {
   if (file.empty()) return std::vector<ComputeApp>{};
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::vector<ComputeApp>{};
-  std::string text(kMaxSimComputeAppsBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxSimComputeAppsBytes) return make_error(ErrorCode::InvalidArgument, file + ": larger than 1 MiB");
-  auto apps = parse_compute_apps(text);
+  auto text = read_recorded_output(file);
+  if (!text) return std::unexpected(text.error());
+  auto apps = parse_compute_apps(*text);
   if (!apps) return std::unexpected(apps.error().with_context(file));
   return apps;
+}
+
+Result<std::map<int, int>> read_simulated_gpu_utilization(const std::string& file) {
+  if (file.empty()) return std::map<int, int>{};
+  auto text = read_recorded_output(file);
+  if (!text) return std::unexpected(text.error());
+  auto busy = parse_gpu_utilization(*text);
+  if (!busy) return std::unexpected(busy.error().with_context(file));
+  return busy;
 }
 
 }  // namespace corral::agent

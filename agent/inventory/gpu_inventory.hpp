@@ -4,6 +4,7 @@
 // that the whole path is tested on recorded outputs. Blocking: call it off the event loop.
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct Inventory {
   bool simulated = false;   // from a file, not from nvidia-smi: `corral nodes` says so
   // Simulated only: the file standing for nvidia-smi's compute processes; empty if none.
   std::string compute_apps_file;
+  std::string utilization_file;
   // Things that did not stop the inventory but an operator should see in the log, e.g.
   // why NVLink is unknown.
   std::vector<std::string> warnings;
@@ -53,6 +55,11 @@ inline constexpr Duration kNvidiaSmiTimeout{30'000};
                                                                 const std::string& nvidia_smi = "nvidia-smi",
                                                                 Duration timeout = kNvidiaSmiTimeout);
 
+// Each GPU's utilization now, in percent by index (parse_gpu_utilization).
+[[nodiscard]] Result<std::map<int, int>> read_gpu_utilization(const CommandRunner& run,
+                                                              const std::string& nvidia_smi = "nvidia-smi",
+                                                              Duration timeout = kNvidiaSmiTimeout);
+
 // Loads a simulated inventory file (configs/sim/*.yaml). NotFound when it cannot be
 // read; InvalidArgument with file:line:col for a bad file.
 // The UUIDs carry a hash of `node`, so simulated GPUs are unique across the cluster
@@ -62,5 +69,8 @@ inline constexpr Duration kNvidiaSmiTimeout{30'000};
 // A simulated node's compute processes: the inventory's compute_apps file, parsed as
 // nvidia-smi's output; none when it names no file or the file is missing.
 [[nodiscard]] Result<std::vector<ComputeApp>> read_simulated_compute_apps(const std::string& file);
+// Its GPUs' utilization: the inventory's utilization file, parsed as nvidia-smi's output;
+// none known when it names no file or the file is missing.
+[[nodiscard]] Result<std::map<int, int>> read_simulated_gpu_utilization(const std::string& file);
 
 }  // namespace corral::agent

@@ -376,6 +376,39 @@ Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv) {
   return apps;
 }
 
+Result<std::map<int, int>> parse_gpu_utilization(std::string_view csv) {
+  constexpr std::string_view kWhat = "nvidia-smi --query-gpu=index,utilization.gpu output";
+  std::map<int, int> busy;
+  const auto lines = split_lines(csv);
+  for (std::size_t n = 0; n < lines.size(); ++n) {
+    const std::size_t line_no = n + 1;
+    const std::string_view line = trim(lines[n]);
+    if (line.empty()) continue;
+    const auto fields = split_fields(line, ',');
+    if (fields.size() != 2) {
+      return std::unexpected(line_error(kWhat, line_no,
+                                        "expected 2 fields (index, utilization.gpu), got " +
+                                            std::to_string(fields.size()) + ": " + excerpt(line)));
+    }
+    auto index = parse_int<int>(fields[0]);
+    if (!index || *index < 0) {
+      return std::unexpected(
+          line_error(kWhat, line_no, "index must be a GPU index, got " + excerpt(fields[0])));
+    }
+    if (is_missing(fields[1])) continue;
+    auto percent = parse_int<int>(fields[1]);
+    if (!percent || *percent < 0 || *percent > 100) {
+      return std::unexpected(line_error(
+          kWhat, line_no, "utilization.gpu must be a percent from 0 to 100, got " + excerpt(fields[1])));
+    }
+    if (!busy.emplace(*index, *percent).second) {
+      return std::unexpected(
+          line_error(kWhat, line_no, "GPU index " + std::to_string(*index) + " listed twice"));
+    }
+  }
+  return busy;
+}
+
 Result<std::vector<model::Gpu>> assemble_gpus(const std::vector<GpuRow>& rows, model::CudaVersion cuda,
                                               const std::map<int, std::vector<int>>& nvlink) {
   std::set<int> indices;

@@ -23,6 +23,8 @@ inline constexpr std::array<std::string_view, 2> kQueryGpuArgs = {
 inline constexpr std::array<std::string_view, 2> kQueryComputeAppsArgs = {
     "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"};
 inline constexpr std::array<std::string_view, 2> kTopoArgs = {"topo", "-m"};
+inline constexpr std::array<std::string_view, 2> kQueryUtilizationArgs = {"--query-gpu=index,utilization.gpu",
+                                                                          "--format=csv,noheader,nounits"};
 
 // One line of `nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version,pci.bus_id`.
 struct GpuRow {
@@ -74,6 +76,11 @@ struct ComputeApp {
 // `--query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits`.
 // Empty output means no process uses a GPU.
 [[nodiscard]] Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv);
+
+// `--query-gpu=index,utilization.gpu --format=csv,noheader,nounits`: each GPU's index and
+// the percent of the driver's last sample period in which a kernel ran on it. A GPU whose
+// utilization the driver does not give ("[N/A]", e.g. under MIG) is left out.
+[[nodiscard]] Result<std::map<int, int>> parse_gpu_utilization(std::string_view csv);
 
 // Joins the three answers into the model's GPUs, sorted by index: class = (name,
 // memory, driver), the driver's CUDA version on every GPU, NVLink peers restricted to

@@ -17,7 +17,8 @@ namespace corral::model {
 
 namespace {
 
-constexpr std::array<std::string_view, 4> kTopFields = {"driver", "cuda", "gpus", "compute_apps"};
+constexpr std::array<std::string_view, 5> kTopFields = {"driver", "cuda", "gpus", "compute_apps",
+                                                        "utilization"};
 constexpr std::array<std::string_view, 3> kRequiredFields = {"driver", "cuda", "gpus"};
 constexpr std::array<std::string_view, 4> kGroupFields = {"name", "memory_mb", "count", "nvlink"};
 // Beyond any GPU made (the largest hold under 300 GB); it only catches a unit mistake.
@@ -224,12 +225,12 @@ std::optional<SimInventory> SimReader::read(const YAML::Node& root) {
           } else if (cuda) {
             inventory.cuda = *cuda;
           }
-        } else if (name == "compute_apps") {
+        } else if (name == "compute_apps" || name == "utilization") {
           auto text = scalar(key, value, field);
           if (text && (text->empty() || text->size() > 4096)) {
             add(value.Mark(), field, "must be a file name, got " + quote_for_message(*text));
           } else if (text) {
-            inventory.compute_apps = *text;
+            (name == "compute_apps" ? inventory.compute_apps : inventory.utilization) = *text;
           }
         } else if (name == "gpus") {
           gpus_at = value_mark(key, value);

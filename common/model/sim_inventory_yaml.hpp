@@ -8,6 +8,7 @@
 //   gpus:
 //     - {name: "NVIDIA A100-SXM4-80GB", memory_mb: 81920, count: 8, nvlink: true}
 //   compute_apps: apps.csv   # optional
+//   utilization: util.csv    # optional
 //
 // Groups get consecutive indices in file order. Each GPU's UUID is derived from its group
 // and index ("GPU-sim-00000000-0000-0000-0000-000000000003"), so it is the same on every
@@ -16,6 +17,8 @@
 // `compute_apps` names a file holding what `nvidia-smi --query-compute-apps=pid,gpu_uuid,
 // used_memory --format=csv,noheader,nounits` would print (relative to the inventory's
 // directory); the agent reads it anew each time it looks at the processes using GPUs.
+// `utilization` likewise names what `nvidia-smi --query-gpu=index,utilization.gpu
+// --format=csv,noheader,nounits` would print, read anew each time the hang detector looks.
 
 #include <cstddef>
 #include <string>
@@ -33,6 +36,7 @@ struct SimInventory {
   CudaVersion cuda;    // the CUDA version this pretend driver supports
   std::vector<Gpu> gpus;
   std::string compute_apps;  // a file, as written; empty: no process uses a GPU
+  std::string utilization;   // a file, as written; empty: utilization unknown
 
   bool operator==(const SimInventory&) const = default;
 };

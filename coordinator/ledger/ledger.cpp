@@ -1260,7 +1260,7 @@ void Ledger::check_hang(Job& job) {
     }
   }
   for (int r : first_ranks) rank_warning(job, r, "stopped first in the hang found at " + format_time(now_));
-  std::string text = "hang: no rank has used CPU for " + format_duration(job.spec.hang_timeout) +
+  std::string text = "hang: no rank has used CPU or its GPUs for " + format_duration(job.spec.hang_timeout) +
                      " (launch.hang_timeout); stopped first: " + join(firsts, ", ");
   if (!later.empty()) text += "; then " + join(later, ", ");
   text += "; corral stack " + std::to_string(job.record.id) + " shows where each rank is";

@@ -344,23 +344,35 @@ TEST_F(NetnsCluster, AStoppedRankIsNamedWhenTheJobHangsAndCorralStackShowsWhereE
 }
 
 // Simulated nodes whose inventories carry a compute-processes file (what nvidia-smi
-// --query-compute-apps prints), written by the test as a job's ranks would use the GPUs.
-class GpuMisuse : public NetnsCluster {
+// --query-compute-apps prints) and a utilization file (--query-gpu=index,utilization.gpu),
+// written by the test as a job's ranks would use the GPUs.
+class GpuUse : public NetnsCluster {
  protected:
   std::vector<std::string> inventories() const override {
     std::vector<std::string> out;
     for (int i = 1; i <= kAgents; ++i) {
-      out.push_back("driver: \"550.54.15\"\ncuda: \"12.4\"\ncompute_apps: apps-" + std::to_string(i) +
-                    ".csv\ngpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n");
+      out.push_back(
+          "driver: \"550.54.15\"\ncuda: \"12.4\"\ncompute_apps: apps-" + std::to_string(i) +
+          ".csv\nutilization: busy-" + std::to_string(i) +
+          ".csv\ngpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2, nvlink: true}]\n");
     }
     return out;
+  }
+
+  // Whole at once (a rename), as the agents may read it at any moment.
+  void set_utilization(int percent) {
+    for (int i = 1; i <= kAgents; ++i) {
+      const std::string file = dir_.file("busy-" + std::to_string(i) + ".csv");
+      std::ofstream(file + ".new") << "0, " << percent << "\n1, " << percent << "\n";
+      ASSERT_EQ(std::rename((file + ".new").c_str(), file.c_str()), 0) << file;
+    }
   }
 };
 
 // Rank 1's process holds memory on rank 0's GPU, as when a DDP script never calls
 // torch.cuda.set_device(LOCAL_RANK): the job gets an event and `corral show` a warning
 // saying exactly that; the job goes on.
-TEST_F(GpuMisuse, ARankOnAnotherRanksGpuGetsAWarningNamingTheMissingSetDevice) {
+TEST_F(GpuUse, ARankOnAnotherRanksGpuGetsAWarningNamingTheMissingSetDevice) {
   model::JobId id = submit(two_by_two("[sleep, \"300\"]"));
   ASSERT_TRUE(reaches(id, "RUNNING"));
   Json j = job(id);
@@ -394,6 +406,44 @@ TEST_F(GpuMisuse, ARankOnAnotherRanksGpuGetsAWarningNamingTheMissingSetDevice) {
   EXPECT_NE(text.find("Warnings:\n  " + expected.substr(0, expected.find(": pid")) + ": pid " + std::to_string(pid1)),
             std::string::npos)
       << text;
+  EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
+}
+
+// On real GPUs a rank that waits on its kernels uses no CPU: a busy GPU is progress. Here
+// every rank stops itself at once (no CPU at all) while its node's GPUs read busy: no hang
+// is found for three times the timeout. Once the GPUs go idle it is, and it dates each
+// rank's stop from then, not from when its CPU stopped.
+TEST_F(GpuUse, ABusyGpuIsProgressAndAHangCountsFromWhenTheGpusWentIdle) {
+  set_utilization(100);
+  model::JobId id = submit(two_by_two("[/bin/bash, -c, 'kill -STOP $$']", "launch: {hang_timeout: 2s}\n"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json j;
+  std::string hang;
+  auto hang_found = [&] {
+    j = job(id);
+    for (const auto& e : j["events"]) {
+      if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
+    }
+    return !hang.empty();
+  };
+  EXPECT_FALSE(eventually(hang_found, 6s)) << hang;
+  const auto idle_at = std::chrono::system_clock::now();
+  set_utilization(0);
+  ASSERT_TRUE(eventually(hang_found, 15s)) << j.dump(2);
+  std::cout << hang << "\n";
+  EXPECT_TRUE(hang.starts_with("hang: no rank has used CPU or its GPUs for 2s")) << hang;
+  // Every rank is named with when it stopped: no earlier than the last look that saw its
+  // GPUs busy, at most a second before they went idle.
+  int named = 0;
+  for (std::size_t at = hang.find("since "); at != std::string::npos; at = hang.find("since ", at + 1)) {
+    auto since = parse_rfc3339(hang.substr(at + 6, 24));
+    ASSERT_TRUE(since.has_value()) << hang.substr(at);
+    EXPECT_GT(std::chrono::system_clock::time_point(*since), idle_at - 1500ms) << hang;
+    ++named;
+  }
+  EXPECT_EQ(named, 4) << hang;
   EXPECT_EQ(j["state"], "RUNNING");
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
   EXPECT_EQ(wait_end(id)["state"], "CANCELLED");

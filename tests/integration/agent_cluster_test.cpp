@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -706,6 +707,71 @@ TEST_F(AgentClusterTest, TheNextJobStartsOnlyWhenThePreviousJobsRanksAreDead) {
   EXPECT_TRUE(ending_shown) << j["events"].dump(1);
   // The second job started after the first had ended, i.e. after every rank was gone.
   EXPECT_GE(s2["started_at"].get<std::string>(), j["ended_at"].get<std::string>());
+}
+
+// Once a rank has ended and its process group is empty, the kernel may give the group's id
+// to any new process. The job's end must not kill that process: here it is made to get
+// the id at once (ns_last_pid), as pid reuse would give it after the pids wrap.
+TEST_F(AgentClusterTest, AProcessGivenTheIdOfAnEndedRanksGroupOutlivesTheJob) {
+  if (::access("/proc/sys/kernel/ns_last_pid", W_OK) != 0)
+    GTEST_SKIP() << "needs a writable ns_last_pid (root)";
+  model::JobId id = submit(two_node("\"if [ $RANK = 0 ]; then exit 0; fi; exec sleep 300\""));
+  ASSERT_TRUE(eventually([&] { return job(id)["ranks"][0]["state"] == "EXITED"; }, 10s)) << job(id).dump(2);
+  ASSERT_EQ(job(id)["state"], "RUNNING");
+  const int group = job(id)["ranks"][0]["pid"].get<int>();
+  ASSERT_FALSE(testing::running(group));
+  testing::Child stranger;
+  // Other processes fork too: try until the stranger gets the id.
+  for (int tries = 0; tries < 50 && stranger.pid() != group; ++tries) {
+    if (stranger.pid() > 0) stranger.kill_and_wait(SIGKILL);
+    std::ofstream("/proc/sys/kernel/ns_last_pid") << group - 1;
+    ASSERT_TRUE(stranger.start({"/bin/sleep", "300"}));
+  }
+  ASSERT_EQ(stranger.pid(), group) << "the id was taken by another process";
+  ASSERT_TRUE(eventually([&] { return ::getpgid(group) == group; }, 5s))
+      << "the stranger leads a group of that id";
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
+  // Its GPUs come back once gpu-a's agent has swept the attempt.
+  ASSERT_TRUE(eventually(
+      [&] { return Json::parse(call("GET", "/v1/nodes").body)[0]["gpus"][0]["job"].is_null(); }, 10s));
+  EXPECT_TRUE(testing::running(stranger.pid())) << "the sweep of the ended job killed an unrelated process";
+}
+
+// A rank's end is the agent's to report until the coordinator acknowledges it, whatever
+// is killed meanwhile: here every rank exits 0 while the coordinator is down, and both
+// agents are SIGKILLed holding their reports. The agents started next report them.
+TEST_F(AgentClusterTest, RanksThatExitedZeroWhileNoReportCouldLeaveTheNodeMakeTheJobCompleted) {
+  std::string go = dir_.file("go");
+  model::JobId id = submit(two_node("\"while [ ! -e " + go + " ]; do sleep 0.05; done; echo done $RANK\""));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  std::vector<int> ranks = pids(job(id));
+  ASSERT_EQ(ranks.size(), 4u);
+  coord_.kill9();
+  std::ofstream(go) << "go\n";
+  ASSERT_TRUE(all_gone(ranks));
+  // Each agent has reaped its ranks (and said so in its log) before it is killed.
+  for (auto* agent : {a_.get(), b_.get()}) {
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto lines = agent->process().lines();
+          return std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+                   return l.find("exited with code 0") != std::string::npos;
+                 }) == 2;
+        },
+        5s));
+    agent->kill9();
+  }
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client(70s);
+  ASSERT_TRUE(a_->start());
+  ASSERT_TRUE(b_->start());
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  for (const auto& r : j["ranks"]) {
+    EXPECT_EQ(r["state"], "EXITED") << r.dump();
+    EXPECT_EQ(r["exit_code"], 0) << r.dump();
+  }
 }
 
 // The third failure: a node whose agent is known to be disconnected gets no job.

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -142,10 +143,12 @@ TEST(NcclRoot, AHeldRootIsKilledWithItsGroupOnReleaseAndItsGroupKeptForTheSweep)
   EXPECT_FALSE(hold.reaped(child->pid)) << "released: no longer counted as running";
 }
 
-TEST(NcclRoot, ARootThatExitedByItselfIsReapedAndNotSignalledAgain) {
+TEST(NcclRoot, ARootThatExitedByItselfIsReapedAndItsGroupLetGoOnceEmpty) {
   testing::TempDir dir;
   std::string id(2 * kNcclUniqueIdBytes, 'c');
-  auto worker = fake_worker(dir, "echo " + id + "\nexit 3");
+  // It leaves a process in its group: the group's id stays the job's while that lives.
+  std::string left = dir.file("left.pid");
+  auto worker = fake_worker(dir, "echo " + id + "\nsleep 30 &\necho $! > " + left + "\nexit 3");
   auto child = start_nccl_root(worker, "", dir.file("nccl-root.log"));
   ASSERT_TRUE(child) << child.error().message();
   NcclRootHold hold;
@@ -155,7 +158,19 @@ TEST(NcclRoot, ARootThatExitedByItselfIsReapedAndNotSignalledAgain) {
   EXPECT_TRUE(hold.reaped(child->pid));
   EXPECT_FALSE(hold.running());
   hold.release();
-  EXPECT_EQ(hold.group(), child->pid) << "the sweep still looks at its group";
+  EXPECT_EQ(hold.group(), child->pid) << "the sweep still looks at its group while a process is in it";
+  pid_t rest = 0;
+  std::ifstream(left) >> rest;
+  ASSERT_GT(rest, 0);
+  ASSERT_EQ(::kill(rest, SIGKILL), 0);
+  // Reaped by init (this process is not a subreaper): once it is, the group is empty.
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        hold.let_go_if_empty();
+        return hold.group() == 0;
+      },
+      5s))
+      << "an empty group's id may be any new process's: the sweep must not look at it";
 }
 
 TEST(NcclRoot, AChildWithoutAnIdIsReportedWithItsLogsFirstLine) {
@@ -390,8 +405,10 @@ TEST(AttemptSweep, WhatSurvivesEveryLookIsReportedAndADestroyedSweepAnswersNobod
   net::BlockingWork work(loop, 1, "sweep-test");
   std::optional<std::string> left;
   int looks = 0;
+  std::atomic<int> kills = 0;  // the ghost's pid may be any process's by now: never signalled
   AttemptSweep sweep(
-      loop, work, {982, 3, "a1", {}, dir.path().string()}, [&] { ++looks; },
+      loop, work, {982, 3, "a1", {}, dir.path().string(), [&](pid_t pid) { kills += pid == ghost; }},
+      [&] { ++looks; },
       [&](std::string l) {
         left = std::move(l);
         loop.stop();
@@ -401,9 +418,11 @@ TEST(AttemptSweep, WhatSurvivesEveryLookIsReportedAndADestroyedSweepAnswersNobod
   ASSERT_TRUE(left.has_value());
   EXPECT_EQ(*left, "pid " + std::to_string(ghost));
   EXPECT_EQ(looks, AttemptSweep::kTries);
+  EXPECT_EQ(kills, AttemptSweep::kTries) << "killed at every look";
 
   bool called = false;
-  auto gone = std::make_unique<AttemptSweep>(loop, work, SweepTarget{982, 3, "a1", {}, dir.path().string()},
+  auto gone = std::make_unique<AttemptSweep>(loop, work,
+                                             SweepTarget{982, 3, "a1", {}, dir.path().string(), [](pid_t) {}},
                                              nullptr, [&](std::string) { called = true; });
   gone->start();
   gone.reset();

@@ -40,6 +40,7 @@ class FakeNvidiaSmi {
     answer("nvidia-smi", ok(read_data(node + "/nvidia_smi.txt")));
     answer("nvidia-smi " + joined(kTopoArgs), ok(read_data(node + "/topo_m.txt")));
     answer("nvidia-smi " + joined(kQueryComputeAppsArgs), ok(read_data(node + "/compute_apps.csv")));
+    answer("nvidia-smi " + joined(kQueryUtilizationArgs), ok(read_data(node + "/utilization.csv")));
   }
 
   static Result<CommandOutput> ok(std::string out) { return CommandOutput{0, 0, std::move(out), ""}; }
@@ -219,6 +220,19 @@ TEST(GpuInventory, ComputeAppsFailWhenTheDriverIsNotAnswering) {
   EXPECT_EQ(apps.error().code(), ErrorCode::Unavailable);
 }
 
+TEST(GpuInventory, ReadsUtilizationAndFailsWhenTheDriverIsNotAnswering) {
+  FakeNvidiaSmi smi("hgx-h200");
+  auto busy = read_gpu_utilization(smi.runner(), "nvidia-smi", Duration(2000));
+  ASSERT_TRUE(busy.has_value()) << busy.error().message();
+  EXPECT_EQ(busy->at(1), 97);
+  EXPECT_EQ(smi.timeouts.back(), Duration(2000));
+  smi.answer("nvidia-smi " + joined(kQueryUtilizationArgs),
+             CommandOutput{9, 0, read_data("failures/driver_not_answering.txt"), ""});
+  auto down = read_gpu_utilization(smi.runner());
+  ASSERT_FALSE(down.has_value());
+  EXPECT_EQ(down.error().code(), ErrorCode::Unavailable);
+}
+
 // The whole path with real processes: a shell script stands in for nvidia-smi.
 TEST(GpuInventory, ReadsAnInventoryThroughRealProcesses) {
   namespace fs = std::filesystem;
@@ -287,6 +301,31 @@ TEST(GpuInventory, ASimulatedNodesComputeProcessesComeFromItsFileReadAnewEachTim
   auto bad = read_simulated_compute_apps(inventory->compute_apps_file);
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message().find("apps.csv"), std::string::npos) << bad.error().message();
+  fs::remove_all(dir);
+}
+
+TEST(GpuInventory, ASimulatedNodesUtilizationComesFromItsFileReadAnewEachTime) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("corral-sim-busy-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "sim.yaml")
+      << "driver: \"550.54.15\"\ncuda: \"12.4\"\nutilization: busy.csv\n"
+         "gpus: [{name: \"NVIDIA A100-SXM4-80GB\", memory_mb: 81920, count: 2}]\n";
+  auto inventory = read_simulated_inventory((dir / "sim.yaml").string(), "gpu-a");
+  ASSERT_TRUE(inventory.has_value()) << inventory.error().message();
+  EXPECT_EQ(inventory->utilization_file, (dir / "busy.csv").string()) << "relative to the inventory";
+  EXPECT_TRUE(inventory->compute_apps_file.empty());
+  auto none = read_simulated_gpu_utilization(inventory->utilization_file);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty()) << "no file yet: nothing known";
+  std::ofstream(dir / "busy.csv") << "0, 0\n1, 88\n";
+  auto two = read_simulated_gpu_utilization(inventory->utilization_file);
+  ASSERT_TRUE(two.has_value()) << two.error().message();
+  EXPECT_EQ(*two, (std::map<int, int>{{0, 0}, {1, 88}}));
+  std::ofstream(dir / "busy.csv") << "0, busy\n";
+  auto bad = read_simulated_gpu_utilization(inventory->utilization_file);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("busy.csv"), std::string::npos) << bad.error().message();
   fs::remove_all(dir);
 }
 

@@ -2,6 +2,7 @@
 
 #include "agent/inventory/nvidia_smi.hpp"
 
+#include <map>
 #include <set>
 
 #include <gmock/gmock.h>
@@ -391,6 +392,45 @@ TEST(NvidiaSmi, RejectsAComputeAppWhosePidIsNotANumber) {
   ASSERT_FALSE(apps.has_value());
   EXPECT_THAT(apps.error().message(), HasSubstr("line 2"));
   EXPECT_THAT(apps.error().message(), HasSubstr("pid"));
+}
+
+// ------------------------------------------------------------------ utilization.gpu
+
+TEST(NvidiaSmi, ReadsEachGpusUtilizationByIndex) {
+  // The same node's plain nvidia-smi shows 97 % on GPUs 0 and 1 (its two compute
+  // processes) and 0 % on the rest.
+  auto busy = parse_gpu_utilization(read_data("hgx-h200/utilization.csv"));
+  ASSERT_TRUE(busy.has_value()) << busy.error().message();
+  ASSERT_EQ(busy->size(), 8u);
+  EXPECT_EQ(busy->at(0), 97);
+  EXPECT_EQ(busy->at(1), 97);
+  EXPECT_EQ(busy->at(7), 0);
+  auto one = parse_gpu_utilization(read_data("rtx4090-workstation/utilization.csv"));
+  ASSERT_TRUE(one.has_value()) << one.error().message();
+  EXPECT_EQ(*one, (std::map<int, int>{{0, 2}}));
+}
+
+TEST(NvidiaSmi, LeavesOutAGpuWhoseUtilizationTheDriverWillNotGive) {
+  // MIG: the physical GPU's utilization reads [N/A]; unknown is not idle.
+  auto busy = parse_gpu_utilization("0, [N/A]\r\n1, 40\r\n");
+  ASSERT_TRUE(busy.has_value()) << busy.error().message();
+  EXPECT_EQ(*busy, (std::map<int, int>{{1, 40}}));
+}
+
+TEST(NvidiaSmi, RejectsUtilizationOutputItCannotRead) {
+  struct Case {
+    std::string csv, says;
+  };
+  for (const auto& c : std::vector<Case>{{"0, 50\n1\n", "line 2"},
+                                         {"0, 50\nx, 5\n", "index"},
+                                         {"0, 150\n", "utilization.gpu"},
+                                         {"0, -1\n", "utilization.gpu"},
+                                         {"0, 5 %\n", "utilization.gpu"},
+                                         {"0, 5\n0, 6\n", "listed twice"}}) {
+    auto busy = parse_gpu_utilization(c.csv);
+    ASSERT_FALSE(busy.has_value()) << c.csv;
+    EXPECT_THAT(busy.error().message(), HasSubstr(c.says)) << c.csv;
+  }
 }
 
 // ------------------------------------------------------------------ assemble

@@ -16,8 +16,11 @@ TEST(Outbox, AReportIsKeptUntilItsConnectionAcknowledgesIt) {
   EXPECT_EQ(box.unacknowledged(), 1u);
   box.acknowledged(2);  // the same count again changes nothing
   EXPECT_EQ(box.unacknowledged(), 1u);
+  EXPECT_EQ(box.settled(), 2u);
   box.acknowledged(3);
   EXPECT_EQ(box.unacknowledged(), 0u);
+  EXPECT_EQ(box.made(), 3u);
+  EXPECT_EQ(box.settled(), 3u);
 }
 
 TEST(Outbox, WhatADroppedLinkDidNotAcknowledgeGoesOutFirstOnTheNext) {
@@ -31,8 +34,12 @@ TEST(Outbox, WhatADroppedLinkDidNotAcknowledgeGoesOutFirstOnTheNext) {
   // Counted afresh on the new connection.
   box.acknowledged(1);
   EXPECT_EQ(box.unacknowledged(), 1u);
+  EXPECT_EQ(box.settled(), 2u) << "only the first two reports made are acknowledged";
   box.link_lost();
   EXPECT_EQ(all(box.release()), (std::vector<std::string>{"exited 0"}));
+  EXPECT_EQ(box.settled(), 2u);
+  box.acknowledged(1);
+  EXPECT_EQ(box.settled(), 3u);
 }
 
 TEST(Outbox, HoldsNoMoreThanItsBoundDroppingTheOldest) {
@@ -40,7 +47,12 @@ TEST(Outbox, HoldsNoMoreThanItsBoundDroppingTheOldest) {
   box.hold("1");
   box.hold("2");
   box.hold("3");
+  EXPECT_EQ(box.settled(), 1u) << "the dropped report needs nothing more from its maker";
   EXPECT_EQ(all(box.release()), (std::vector<std::string>{"2", "3"}));
+  box.link_lost();
+  box.hold("4");  // over the bound again: "2" goes
+  EXPECT_EQ(box.made(), 4u);
+  EXPECT_EQ(box.settled(), 2u);
 }
 
 }  // namespace

@@ -304,6 +304,26 @@ TEST(CpuProgress, AThreadThatWakesNowAndThenIsNoProgress) {
   EXPECT_EQ(p.sample(t0 + seconds(14), 5 + 200, seconds(10)), CpuProgress::Change::Moving);
 }
 
+TEST(CpuProgress, ABusyGpuIsProgressWhileTheCpuIdles) {
+  // A rank waiting on its kernels uses no CPU; its GPU does the work.
+  CpuProgress p;
+  const Steady::time_point t0{};
+  const milliseconds timeout = seconds(5);
+  p.sample(t0, 100, timeout);
+  EXPECT_FALSE(p.cpu_idle()) << "nothing known yet";
+  for (int s = 1; s <= 10; ++s) {
+    EXPECT_EQ(p.sample(t0 + seconds(s), 100, timeout, true), CpuProgress::Change::None) << s;
+    EXPECT_TRUE(p.cpu_idle());
+  }
+  EXPECT_FALSE(p.stalled());
+  // The GPU goes idle too: the timeout counts from its last busy sample.
+  EXPECT_EQ(p.sample(t0 + seconds(14), 100, timeout, false), CpuProgress::Change::None);
+  EXPECT_EQ(p.sample(t0 + seconds(15), 100, timeout, false), CpuProgress::Change::Stalled);
+  EXPECT_EQ(p.sample(t0 + seconds(16), 100, timeout, true), CpuProgress::Change::Moving);
+  EXPECT_EQ(p.sample(t0 + seconds(17), 600, timeout), CpuProgress::Change::None);
+  EXPECT_FALSE(p.cpu_idle()) << "computing on the CPU";
+}
+
 TEST(CpuProgress, ZeroTimeoutNeverStalls) {
   CpuProgress p;
   const Steady::time_point t0{};

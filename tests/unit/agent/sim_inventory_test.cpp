@@ -124,6 +124,23 @@ TEST(SimInventory, RejectsAnUnknownTopLevelField) {
       HasSubstr("sim.yaml:3:1: node: unknown field"));
 }
 
+TEST(SimInventory, NamesTheRecordedComputeProcessesAndUtilizationFiles) {
+  auto sim = parse(
+      "driver: \"550.54.15\"\ncuda: \"12.4\"\ncompute_apps: apps.csv\nutilization: busy.csv\n"
+      "gpus: [{name: X, memory_mb: 1}]\n");
+  ASSERT_TRUE(sim.has_value()) << sim.error().message();
+  EXPECT_EQ(sim->compute_apps, "apps.csv");
+  EXPECT_EQ(sim->utilization, "busy.csv");
+  EXPECT_THAT(
+      problems_of(
+          "driver: \"550.54.15\"\ncuda: \"12.4\"\nutilization: \"\"\ngpus: [{name: X, memory_mb: 1}]\n"),
+      HasSubstr("utilization: must be a file name"));
+  EXPECT_THAT(
+      problems_of(
+          "driver: \"550.54.15\"\ncuda: \"12.4\"\nutilization: [a]\ngpus: [{name: X, memory_mb: 1}]\n"),
+      HasSubstr("sim.yaml:3:14: utilization"));
+}
+
 TEST(SimInventory, RejectsACountOutsideOneTo64) {
   EXPECT_THAT(
       problems_of("driver: \"550.54.15\"\ncuda: \"12.4\"\ngpus: [{name: X, memory_mb: 1, count: 0}]\n"),

@@ -29,7 +29,7 @@ TEST(Spool, ARunningMarkerIsLeftForTheNextAgentWithThePidsStartTime) {
   spool.mark_running(12, 1, 3, ::getpid());
   spool.mark_running(12, 1, 4, ::getpid());
   spool.clear_running(12, 1, 4);
-  auto left = spool.take_leftovers();
+  auto left = spool.leftovers();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_TRUE(left[0].named);
   EXPECT_EQ(left[0].job, 12);
@@ -37,7 +37,9 @@ TEST(Spool, ARunningMarkerIsLeftForTheNextAgentWithThePidsStartTime) {
   EXPECT_EQ(left[0].rank, 3);
   EXPECT_EQ(left[0].pid, ::getpid());
   EXPECT_FALSE(left[0].start_time.empty());
-  EXPECT_TRUE(spool.take_leftovers().empty()) << "markers are taken once";
+  EXPECT_EQ(spool.leftovers().size(), 1u) << "a marker stays until its rank's end is acknowledged";
+  spool.forget(left[0].marker);
+  EXPECT_TRUE(spool.leftovers().empty());
 }
 
 TEST(Spool, SaysHowARankEndedOrThatItsEndIsUnknown) {
@@ -48,6 +50,7 @@ TEST(Spool, SaysHowARankEndedOrThatItsEndIsUnknown) {
   EXPECT_FALSE(spool.started_before(5, 0, 1));
   std::ofstream(spool.log_path(5, 0, 1)) << "hello\n";
   EXPECT_TRUE(spool.started_before(5, 0, 1));
+  EXPECT_FALSE(spool.recorded_exit(5, 0, 1).has_value());
   auto unknown = spool.ended_before(5, 0, 1);
   EXPECT_EQ(unknown.exit_code, -1);
   EXPECT_NE(unknown.reason.find("its end is unknown"), std::string::npos) << unknown.reason;
@@ -55,6 +58,8 @@ TEST(Spool, SaysHowARankEndedOrThatItsEndIsUnknown) {
   auto known = spool.ended_before(5, 0, 1);
   EXPECT_EQ(known.signal, SIGKILL);
   EXPECT_EQ(known.reason, "killed by signal 9 (Killed)");
+  ASSERT_TRUE(spool.recorded_exit(5, 0, 1).has_value());
+  EXPECT_EQ(spool.recorded_exit(5, 0, 1)->signal, SIGKILL);
 }
 
 TEST(Spool, NamesTheFolderItCannotCreate) {

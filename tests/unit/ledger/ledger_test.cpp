@@ -722,8 +722,10 @@ TEST_F(RendezvousTest, AHangIsReportedOnceEveryRankStoppedNamingTheFirstToStop) 
     say(r < 2 ? "a" : "b", protocol::RankStall{id, 0, r, true, 300000, "S (sleeping)"});
   }
   auto all = events(id);
-  ASSERT_TRUE(has_event(id, "hang: no rank has used CPU for 5m (launch.hang_timeout); stopped first: rank 3 on b "
-                            "(T (stopped), since "))
+  ASSERT_TRUE(has_event(
+      id,
+      "hang: no rank has used CPU or its GPUs for 5m (launch.hang_timeout); stopped first: rank 3 on b "
+      "(T (stopped), since "))
       << testing::PrintToString(all);
   EXPECT_TRUE(has_event(id, "; then rank 0 on a (S (sleeping), since "));
   EXPECT_TRUE(has_event(id, "corral stack " + std::to_string(id) + " shows where each rank is"));
