@@ -30,10 +30,7 @@ CoordinatorLink::CoordinatorLink(net::EventLoop& loop, net::WsClientOptions opti
 
 CoordinatorLink::~CoordinatorLink() { stop(); }
 
-void CoordinatorLink::start() {
-  stopping_ = false;
-  connect();
-}
+void CoordinatorLink::start() { connect(); }
 
 void CoordinatorLink::stop() {
   if (stopping_) return;

@@ -41,6 +41,7 @@ class CoordinatorLink {
   CoordinatorLink(const CoordinatorLink&) = delete;
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 
+  // Connects, and reconnects with backoff whenever the link drops; nothing once stopped.
   void start();
   // Closes the link for good: no reconnect, no heartbeat.
   void stop();

@@ -37,8 +37,10 @@ bool valid_user(const std::string& name) {
          name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos;
 }
 
-Result<std::unique_ptr<store::SqliteStore>> open_store(const std::string& path) {
-  return store::SqliteStore::open(path);
+Result<std::unique_ptr<store::SqliteStore>> open_store(const std::string& path, bool query_only = false) {
+  store::SqliteStoreOptions options;
+  options.query_only = query_only;
+  return store::SqliteStore::open(path, options);
 }
 
 int add_user(const std::string& db_path, const std::string& name, bool admin) {
@@ -111,7 +113,7 @@ int run(const std::string& config_path, const std::string& port_file) {
   net::EventLoop loop;
   SystemClock clock;
   service::Coordinator coordinator(loop, clock, **db, *config);
-  auto reader = open_store(config->database_path());
+  auto reader = open_store(config->database_path(), /*query_only=*/true);
   if (!reader) return fail(reader.error().message());
   coordinator.read_history_from(std::shared_ptr<store::Store>(std::move(*reader)));
   if (auto r = coordinator.start(); !r) return fail(r.error().message());

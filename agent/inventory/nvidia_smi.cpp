@@ -163,6 +163,32 @@ std::string first_lines(std::string_view text, std::size_t max_lines) {
   return joined;
 }
 
+// The rows of a --query-* CSV answer, each split into `count` fields (`names` says which,
+// for the error); blank lines, and `skip` (what some drivers print instead of nothing),
+// are passed over. The first row with another count of fields is the error.
+struct CsvRow {
+  std::size_t line_no;
+  std::vector<std::string_view> fields;
+};
+
+Result<std::vector<CsvRow>> query_rows(std::string_view csv, std::string_view what, std::size_t count,
+                                       std::string_view names, std::string_view skip = {}) {
+  std::vector<CsvRow> rows;
+  const auto lines = split_lines(csv);
+  for (std::size_t n = 0; n < lines.size(); ++n) {
+    const std::string_view line = trim(lines[n]);
+    if (line.empty() || (!skip.empty() && line == skip)) continue;
+    auto fields = split_fields(line, ',');
+    if (fields.size() != count) {
+      return std::unexpected(line_error(what, n + 1,
+                                        "expected " + std::to_string(count) + " fields (" + std::string(names) +
+                                            "), got " + std::to_string(fields.size()) + ": " + excerpt(line)));
+    }
+    rows.push_back({n + 1, std::move(fields)});
+  }
+  return rows;
+}
+
 }  // namespace
 
 Result<std::vector<GpuRow>> parse_query_gpu(std::string_view csv) {
@@ -172,18 +198,10 @@ Result<std::vector<GpuRow>> parse_query_gpu(std::string_view csv) {
   std::vector<GpuRow> rows;
   std::set<int> indices;
   std::set<std::string_view> uuids;
-  const auto lines = split_lines(csv);
-  for (std::size_t n = 0; n < lines.size(); ++n) {
-    const std::size_t line_no = n + 1;
-    const std::string_view line = trim(lines[n]);
-    if (line.empty()) continue;
-    const auto fields = split_fields(line, ',');
-    if (fields.size() != kNames.size()) {
-      return std::unexpected(line_error(kWhat, line_no,
-                                        "expected 6 fields (" + std::string(kNames[0]) + ", ..., " +
-                                            std::string(kNames[5]) + "), got " +
-                                            std::to_string(fields.size()) + ": " + excerpt(line)));
-    }
+  auto csv_rows = query_rows(csv, kWhat, kNames.size(),
+                             std::string(kNames.front()) + ", ..., " + std::string(kNames.back()));
+  if (!csv_rows) return std::unexpected(csv_rows.error());
+  for (const auto& [line_no, fields] : *csv_rows) {
     for (std::size_t f = 0; f < fields.size(); ++f) {
       if (is_missing(fields[f])) {
         return std::unexpected(
@@ -338,18 +356,10 @@ Result<std::map<int, std::vector<int>>> parse_topo_nvlink(std::string_view topo_
 Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv) {
   constexpr std::string_view kWhat = "nvidia-smi --query-compute-apps output";
   std::vector<ComputeApp> apps;
-  const auto lines = split_lines(csv);
-  for (std::size_t n = 0; n < lines.size(); ++n) {
-    const std::size_t line_no = n + 1;
-    const std::string_view line = trim(lines[n]);
-    // Some driver versions say so in words instead of printing nothing.
-    if (line.empty() || line == "No running processes found") continue;
-    const auto fields = split_fields(line, ',');
-    if (fields.size() != 3) {
-      return std::unexpected(line_error(kWhat, line_no,
-                                        "expected 3 fields (pid, gpu_uuid, used_memory), got " +
-                                            std::to_string(fields.size()) + ": " + excerpt(line)));
-    }
+  // Some driver versions say so in words instead of printing nothing.
+  auto rows = query_rows(csv, kWhat, 3, "pid, gpu_uuid, used_memory", "No running processes found");
+  if (!rows) return std::unexpected(rows.error());
+  for (const auto& [line_no, fields] : *rows) {
     ComputeApp app{std::nullopt, std::string(fields[1]), std::nullopt};
     // A process the driver will not name ("[Insufficient Permissions]") still holds its GPU.
     if (!is_missing(fields[0])) {
@@ -379,17 +389,9 @@ Result<std::vector<ComputeApp>> parse_compute_apps(std::string_view csv) {
 Result<std::map<int, int>> parse_gpu_utilization(std::string_view csv) {
   constexpr std::string_view kWhat = "nvidia-smi --query-gpu=index,utilization.gpu output";
   std::map<int, int> busy;
-  const auto lines = split_lines(csv);
-  for (std::size_t n = 0; n < lines.size(); ++n) {
-    const std::size_t line_no = n + 1;
-    const std::string_view line = trim(lines[n]);
-    if (line.empty()) continue;
-    const auto fields = split_fields(line, ',');
-    if (fields.size() != 2) {
-      return std::unexpected(line_error(kWhat, line_no,
-                                        "expected 2 fields (index, utilization.gpu), got " +
-                                            std::to_string(fields.size()) + ": " + excerpt(line)));
-    }
+  auto rows = query_rows(csv, kWhat, 2, "index, utilization.gpu");
+  if (!rows) return std::unexpected(rows.error());
+  for (const auto& [line_no, fields] : *rows) {
     auto index = parse_int<int>(fields[0]);
     if (!index || *index < 0) {
       return std::unexpected(

@@ -3,8 +3,9 @@
 // HTTP requests and agent messages and hands them to the Ledger, the one writer of job
 // and rank state; it commits the ledger's effects through the Committer and only then
 // answers and sends (persist, send, log). It owns what the ledger must not: sockets,
-// timers, the token cache, parked waits and log requests. The only blocking work is the
-// SQLite commit at the end of a turn.
+// timers, the token cache, parked waits and log requests. What blocks on the loop is the
+// SQLite commit at the end of a turn and lookups of one row by its key (a token, an ended
+// job); history and usage, scans that may take seconds, are read on a thread of their own.
 
 #include <map>
 #include <set>

@@ -219,6 +219,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& path, 
                       "PRAGMA synchronous/foreign_keys did not take effect (" + *sync + ", " + *fk + ")"));
   }
   if (auto ok = migrate_sqlite_schema(db); !ok) return fail(ok.error());
+  if (options.query_only) {
+    if (auto ok = db.exec("PRAGMA query_only = ON"); !ok) return fail(ok.error());
+  }
   return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(*conn)));
 }
 

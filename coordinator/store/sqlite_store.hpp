@@ -20,6 +20,9 @@ struct SqliteStoreOptions {
   // How long a statement waits for another process's lock (a backup, the sqlite3 shell)
   // before the commit fails with Unavailable.
   std::chrono::milliseconds busy_timeout{5000};
+  // A second connection that only reads (the coordinator's history reader): its schema is
+  // brought up to date like any, then `PRAGMA query_only` makes every write on it fail.
+  bool query_only = false;
 };
 
 class SqliteStore final : public Store {

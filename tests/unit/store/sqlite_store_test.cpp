@@ -122,6 +122,23 @@ TEST(SqliteStore, DataSurvivesCloseAndReopen) {
   EXPECT_EQ(r.error().code(), ErrorCode::Conflict);
 }
 
+TEST(SqliteStore, AQueryOnlyConnectionReadsWhatTheWriterCommittedAndRefusesEveryWrite) {
+  testing::TempDir dir;
+  std::string path = dir.file("corral.db");
+  auto writer = open_ok(path);
+  ASSERT_NE(writer, nullptr);
+  auto reader = SqliteStore::open(path, {.query_only = true});
+  ASSERT_TRUE(reader.has_value()) << reader.error().to_string();
+  EXPECT_EQ((*reader)->pragma("query_only").value(), "1");
+  EXPECT_EQ(writer->pragma("query_only").value(), "0");
+  ASSERT_TRUE(writer->commit(Change{{InsertJob{running_job(3)}}}).has_value());
+  EXPECT_EQ((*reader)->job(3).value(), running_job(3));
+  auto refused = (*reader)->commit(Change{{InsertJob{running_job(4)}}});
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_THAT(refused.error().message(), HasSubstr("readonly"));
+  EXPECT_EQ(writer->job(4).value(), std::nullopt);
+}
+
 TEST(SqliteStore, WalFullSyncForeignKeysAndBusyTimeoutAreInEffect) {
   testing::TempDir dir;
   auto store = SqliteStore::open(dir.file("corral.db"), {.busy_timeout = std::chrono::milliseconds(1234)});
