@@ -157,11 +157,14 @@ def main():
                   "the token is kept in session storage")
 
             # Live: a job waits on another (PENDING), then runs and completes, all on this page.
-            first = cluster.submit(job_spec("first", 1, ["sleep", "2"]))
+            # The first runs until the page has shown the second waiting on it.
+            gate = os.path.join(cluster.dir, "first-may-end")
+            first = cluster.submit(job_spec("first", 1, ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]))
             second = cluster.submit(job_spec("second", 1, ["sleep", "1"], extra=f"after_ok: {first}\n"))
             second_row = f'#queue tr[data-id="{second}"]'
             pending = wait.until(lambda _: row_text(second_row))
             check("PENDING" in pending and "Dependency" in pending, "second while first runs: " + pending)
+            open(gate, "w").close()
             done = WebDriverWait(d, 30, poll_frequency=0.05).until(
                 lambda _: row_text(f'#history-table tr[data-id="{second}"]'))
             check("COMPLETED" in done, "second in the history: " + done)
