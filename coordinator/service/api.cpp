@@ -134,21 +134,27 @@ Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& re
   if (auth.size() <= kBearer.size() || auth.size() > 512 || !scheme_is_bearer()) {
     return make_error(ErrorCode::Unauthenticated, "missing bearer token (Authorization: Bearer TOKEN)");
   }
-  std::string hash = net::sha256_hex(std::string_view(auth).substr(kBearer.size()));
+  auto caller = caller_for(net::sha256_hex(std::string_view(auth).substr(kBearer.size())));
+  if (!caller) return std::unexpected(caller.error());
+  if (!*caller) return make_error(ErrorCode::Unauthenticated, "unknown token");
+  return std::move(**caller);
+}
+
+Result<std::optional<Coordinator::Caller>> Coordinator::caller_for(const std::string& token_hash) {
   TimePoint now = clock_.now();
-  auto cached = users_.find(hash);
+  auto cached = users_.find(token_hash);
   if (cached == users_.end() || now - cached->second.checked >= kTokenRecheck) {
     // A token added by `corral-coordinator add-user` while we run is found on first use;
     // one it replaced is gone from the database and so, within kTokenRecheck, from here.
-    auto user = store_.user_by_token_hash(hash);
+    auto user = store_.user_by_token_hash(token_hash);
     if (!user) return std::unexpected(user.error());
     if (!*user) {
       if (cached != users_.end()) users_.erase(cached);
-      return make_error(ErrorCode::Unauthenticated, "unknown token");
+      return std::nullopt;
     }
-    cached = users_.insert_or_assign(hash, CachedUser{**user, now}).first;
+    cached = users_.insert_or_assign(token_hash, CachedUser{**user, now}).first;
   }
-  return Caller{cached->second.user.name, cached->second.user.admin};
+  return Caller{cached->second.user.name, cached->second.user.admin, token_hash};
 }
 
 void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
@@ -157,15 +163,18 @@ void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
     // The page holds no data: it loads without a token, and asks for one where needed.
     if (request.path == "/" || request.path == "/status.js") return respond(status_page(request.path));
     if (request.path == "/metrics" || request.path == "/v1/status" || request.path == "/v1/status/events") {
+      std::string token_hash;
       if (!config_.public_status) {
-        if (auto caller = authenticate(request); !caller) {
+        auto caller = authenticate(request);
+        if (!caller) {
           int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
           return respond(error_response(status, caller.error().message()));
         }
+        token_hash = std::move(caller->token_hash);
       }
       if (request.path == "/metrics") return respond(metrics());
       if (request.path == "/v1/status") return respond(status(request));
-      return respond(status_events());
+      return respond(status_events(std::move(token_hash)));
     }
   }
   if (request.path.rfind("/v1/", 0) != 0) return respond(error_response(404, "no such endpoint: " + request.path));

@@ -71,7 +71,7 @@ ledger::Ledger::EndedLookup Coordinator::ended_lookup() {
 void Coordinator::shutdown() {
   if (tick_timer_) tick_timer_->cancel();
   if (status_timer_) status_timer_->cancel();
-  for (const auto& s : status_streams_) s->close();
+  for (const auto& s : status_streams_) s.stream->close();
   status_streams_.clear();
   if (pass_timer_) pass_timer_->cancel();
   if (rank_write_timer_) rank_write_timer_->cancel();
@@ -172,6 +172,11 @@ void Coordinator::tick() {
   if (now - last_status_ping_ >= kStatusPing) {
     last_status_ping_ = now;
     broadcast_status(": ping\n\n");
+  }
+  // A private page's live feed ends with the token that opened it (replaced by add-user).
+  if (now - last_stream_token_check_ >= kTokenRecheck) {
+    last_stream_token_check_ = now;
+    close_streams_of_gone_tokens();
   }
   if (now - last_periodic_pass_ >= config_.schedule_interval) {
     last_periodic_pass_ = now;

@@ -117,8 +117,12 @@ class Coordinator final : public net::ServerHandler {
   struct Caller {
     std::string user;
     bool admin = false;
+    std::string token_hash;
   };
   Result<Caller> authenticate(const net::HttpRequest& request);
+  // Who holds the token with this hash: from the cache while its entry is younger than
+  // kTokenRecheck, else from the database; nullopt for a token that is gone.
+  Result<std::optional<Caller>> caller_for(const std::string& token_hash);
   void route(const net::HttpRequest& request, const Caller& caller, Respond respond);
   void submit(const net::HttpRequest& request, const Caller& caller, Respond respond);
   // "42", or "42_7" (element 7 of array 42). InvalidArgument; NotFound for an element
@@ -174,7 +178,10 @@ class Coordinator final : public net::ServerHandler {
   net::HttpResponse status(const net::HttpRequest& request);
   // GET /v1/status/events: an event each time the status changed (coalesced), and a
   // comment line every kStatusPing so both ends see a dead link.
-  net::HttpResponse status_events();
+  // token_hash: the token that opened it on a private page ("" on a public one); the
+  // stream is closed once that token is gone (checked every kTokenRecheck).
+  net::HttpResponse status_events(std::string token_hash);
+  void close_streams_of_gone_tokens();
   std::string status_event() const;
   // Something on the page may have changed: after each commit, and when a link closed.
   void status_changed();
@@ -235,7 +242,12 @@ class Coordinator final : public net::ServerHandler {
   // The status page's live feed: a change counter, jobs ended so far, the open streams.
   std::uint64_t status_seq_ = 0;
   std::uint64_t status_ended_ = 0;
-  std::vector<std::shared_ptr<net::EventStream>> status_streams_;
+  struct StatusStream {
+    std::shared_ptr<net::EventStream> stream;
+    std::string token_hash;
+  };
+  std::vector<StatusStream> status_streams_;
+  TimePoint last_stream_token_check_{};
   std::unique_ptr<net::Timer> status_timer_;
   std::unique_ptr<NodeListing> node_listing_;  // GET /v1/nodes's renderings, kept
   bool status_post_armed_ = false;

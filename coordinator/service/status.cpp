@@ -213,13 +213,28 @@ std::string Coordinator::status_event() const {
   return "event: change\ndata: " + Json{{"seq", status_seq_}, {"ended", status_ended_}}.dump() + "\n\n";
 }
 
-net::HttpResponse Coordinator::status_events() {
+net::HttpResponse Coordinator::status_events(std::string token_hash) {
   net::HttpResponse res{200, "text/event-stream", "retry: 2000\n\n" + status_event(), {{"Cache-Control", "no-store"}}};
-  res.stream = [this](std::shared_ptr<net::EventStream> stream) {
-    std::erase_if(status_streams_, [](const auto& s) { return !s->open(); });
-    status_streams_.push_back(std::move(stream));
+  res.stream = [this, token_hash = std::move(token_hash)](std::shared_ptr<net::EventStream> stream) {
+    std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
+    status_streams_.push_back({std::move(stream), token_hash});
   };
   return res;
+}
+
+void Coordinator::close_streams_of_gone_tokens() {
+  // Each distinct token once; a database that cannot answer closes nothing.
+  std::map<std::string, bool> gone;
+  for (auto& s : status_streams_) {
+    if (s.token_hash.empty() || !s.stream->open()) continue;
+    auto [it, first] = gone.try_emplace(s.token_hash, false);
+    if (first) {
+      auto caller = caller_for(s.token_hash);
+      it->second = caller.has_value() && !caller->has_value();
+    }
+    if (it->second) s.stream->close();
+  }
+  std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
 }
 
 void Coordinator::status_changed() {
@@ -235,8 +250,8 @@ void Coordinator::status_changed() {
 }
 
 void Coordinator::broadcast_status(const std::string& text) {
-  std::erase_if(status_streams_, [](const auto& s) { return !s->open(); });
-  for (const auto& s : status_streams_) s->send(text);
+  std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
+  for (const auto& s : status_streams_) s.stream->send(text);
 }
 
 }  // namespace corral::service

@@ -735,6 +735,35 @@ TEST_F(CoordinatorTest, APrivateStatusPageAsksForATokenForItsDataButServesItsPag
   EXPECT_TRUE(feed.read_until("event: change\n", 5s)) << feed.received();
 }
 
+// On a private page the live feed is as good as the token that opened it: once
+// `add-user` replaces that token the coordinator ends the stream (within its recheck);
+// a feed opened with another user's token goes on.
+TEST_F(CoordinatorTest, APrivatePagesLiveFeedEndsWhenItsTokenIsReplaced) {
+  testing::TempDir dir;
+  CoordinatorProcess priv(dir, "public_status: false\n");
+  ASSERT_TRUE(priv.init_ok());
+  ASSERT_TRUE(priv.start());
+  std::string bob = priv.add_user("bob");
+  ASSERT_EQ(bob.size(), 64u);
+  auto open_feed = [&](testing::RawTls& feed, const std::string& token) {
+    ASSERT_TRUE(feed.write("GET /v1/status/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token +
+                           "\r\n\r\n"));
+    ASSERT_TRUE(feed.read_until("event: change\n", 5s)) << feed.received();
+  };
+  testing::RawTls bobs(priv.port());
+  testing::RawTls admins(priv.port());
+  ASSERT_NO_FATAL_FAILURE(open_feed(bobs, bob));
+  ASSERT_NO_FATAL_FAILURE(open_feed(admins, priv.token()));
+  ASSERT_EQ(priv.add_user("bob").size(), 64u);
+  EXPECT_TRUE(bobs.closed_within(15s)) << bobs.received();
+  EXPECT_FALSE(admins.ended());
+  auto http = priv.client();
+  auto still = http->request("GET", "/v1/status", "", {{"Authorization", "Bearer " + priv.token()}});
+  ASSERT_TRUE(still.has_value());
+  EXPECT_EQ(still->status, 200);
+  EXPECT_FALSE(admins.closed_within(100ms));
+}
+
 TEST_F(CoordinatorTest, AJobsSpecIsShownToItsOwnerAndAdminsOnly) {
   ScriptedAgent a(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
   ASSERT_TRUE(a.connect());
