@@ -42,6 +42,10 @@ constexpr std::uint64_t kLateJoinEvery = 5;
 constexpr int kMaxStackRequests = 4;
 // The processes on the GPUs (nvidia-smi) are compared with the ranks' every 25th: 5 s.
 constexpr std::uint64_t kGpuCheckEvery = 25;
+// The GPUs' utilization, asked of nvidia-smi while a rank on GPUs idles on the CPU, serves
+// the progress samples for 5 s: a hang is seen at most that much later, and a hung job
+// does not cost the node an nvidia-smi every second.
+constexpr std::chrono::seconds kGpuUtilizationServes{5};
 
 
 template <class Work, class Done>
@@ -621,10 +625,11 @@ void Agent::watch_ranks() {
     std::vector<std::pair<Key, int>> joined;
     std::vector<std::pair<Key, protocol::RankProcess>> sampled;
     std::vector<std::pair<Key, std::pair<int, GpuMisuse>>> misuse;
-    std::map<int, int> gpu_busy;  // percent by GPU index, when sampled and known
+    std::optional<std::map<int, int>> gpu_busy;  // percent by GPU index, when read
     CpuProgress::Clock::time_point at;
   };
-  utilization = utilization && hooks_.gpu_utilization;
+  const auto now = CpuProgress::Clock::now();
+  utilization = utilization && hooks_.gpu_utilization && now - gpu_busy_at_ >= kGpuUtilizationServes;
   offload(
       *work_,
       [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus, utilization,
@@ -632,11 +637,8 @@ void Agent::watch_ranks() {
         Seen seen;
         if (utilization) {
           auto busy = busy_hook();
-          if (busy) {
-            seen.gpu_busy = std::move(*busy);
-          } else {
-            spdlog::warn("cannot read the GPUs' utilization: {}", busy.error().message());
-          }
+          if (!busy) spdlog::warn("cannot read the GPUs' utilization: {}", busy.error().message());
+          seen.gpu_busy = busy.value_or(std::map<int, int>{});
         }
         Result<std::vector<ComputeApp>> apps = std::vector<ComputeApp>{};
         if (gpu_check) apps = apps_hook();
@@ -675,12 +677,19 @@ void Agent::watch_ranks() {
           return {&it->second, &rank->second};
         };
         for (const auto& [key, r] : seen.joined) mark_joined(key, r);
+        if (seen.gpu_busy) {
+          gpu_busy_ = *seen.gpu_busy;
+          gpu_busy_at_ = seen.at;
+        }
+        // A reading older than it serves (nobody idled on the CPU meanwhile) says nothing.
+        static const std::map<int, int> kNone;
+        const auto& busy = seen.at - gpu_busy_at_ <= kGpuUtilizationServes + std::chrono::seconds(1) ? gpu_busy_ : kNone;
         for (const auto& [key, p] : seen.sampled) {
           auto [job, rank] = find(key, p.rank);
           if (rank == nullptr || !p.alive) continue;
           bool gpu_busy = std::any_of(rank->gpus.begin(), rank->gpus.end(), [&](int g) {
-            auto u = seen.gpu_busy.find(g);
-            return u != seen.gpu_busy.end() && u->second > 0;
+            auto u = busy.find(g);
+            return u != busy.end() && u->second > 0;
           });
           auto change = rank->progress.sample(seen.at, p.cpu_ms, job->hang_timeout, gpu_busy);
           if (change == CpuProgress::Change::None) continue;

@@ -163,6 +163,9 @@ class Agent {
   std::unique_ptr<net::Timer> preflight_timer_;
   std::unique_ptr<net::Timer> watch_timer_;
   bool watch_running_ = false;
+  // The last reading of the GPUs' utilization (percent by index) and when it was taken.
+  std::map<int, int> gpu_busy_;
+  CpuProgress::Clock::time_point gpu_busy_at_{};
   std::uint64_t watch_count_ = 0;
   std::map<Key, Job> jobs_;
   std::deque<Key> finished_;  // attempts that ended here, most recent last

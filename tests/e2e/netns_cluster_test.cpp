@@ -12,7 +12,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace corral::e2e {
 namespace {
@@ -346,6 +348,38 @@ TEST_F(NetnsCluster, AStoppedRankIsNamedWhenTheJobHangsAndCorralStackShowsWhereE
 // Simulated nodes whose inventories carry a compute-processes file (what nvidia-smi
 // --query-compute-apps prints) and a utilization file (--query-gpu=index,utilization.gpu),
 // written by the test as a job's ranks would use the GPUs.
+// How often a file in a directory was opened (inotify) since construction.
+class Opens {
+ public:
+  Opens(const std::string& dir, std::string name) : fd_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)), name_(std::move(name)) {
+    ok_ = fd_ >= 0 && ::inotify_add_watch(fd_, dir.c_str(), IN_OPEN) >= 0;
+  }
+  ~Opens() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Opens(const Opens&) = delete;
+  Opens& operator=(const Opens&) = delete;
+  bool ok() const { return ok_; }
+
+  int count() {
+    alignas(inotify_event) char buf[4096];
+    for (ssize_t n; (n = ::read(fd_, buf, sizeof(buf))) > 0;) {
+      for (char* p = buf; p < buf + n;) {
+        auto* e = reinterpret_cast<inotify_event*>(p);
+        if (e->len > 0 && name_ == e->name) ++count_;
+        p += sizeof(inotify_event) + e->len;
+      }
+    }
+    return count_;
+  }
+
+ private:
+  int fd_;
+  std::string name_;
+  bool ok_ = false;
+  int count_ = 0;
+};
+
 class GpuUse : public NetnsCluster {
  protected:
   std::vector<std::string> inventories() const override {
@@ -419,6 +453,8 @@ TEST_F(GpuUse, ABusyGpuIsProgressAndAHangCountsFromWhenTheGpusWentIdle) {
   set_utilization(100);
   model::JobId id = submit(two_by_two("[/bin/bash, -c, 'kill -STOP $$']", "launch: {hang_timeout: 2s}\n"));
   ASSERT_TRUE(reaches(id, "RUNNING"));
+  Opens reads(dir_.path().string(), "busy-1.csv");
+  ASSERT_TRUE(reads.ok());
   Json j;
   std::string hang;
   auto hang_found = [&] {
@@ -429,6 +465,11 @@ TEST_F(GpuUse, ABusyGpuIsProgressAndAHangCountsFromWhenTheGpusWentIdle) {
     return !hang.empty();
   };
   EXPECT_FALSE(eventually(hang_found, 6s)) << hang;
+  // Samples come every second; a reading of the GPUs serves them for 5 s, so a node whose
+  // ranks idle on the CPU asks nvidia-smi (here: reads its file) once in 5 s, not 5 times.
+  const int opened = reads.count();
+  EXPECT_GE(opened, 1);
+  EXPECT_LE(opened, 2);
   const auto idle_at = std::chrono::system_clock::now();
   set_utilization(0);
   ASSERT_TRUE(eventually(hang_found, 15s)) << j.dump(2);
