@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
 
 #include "agent/attempt_sweep.hpp"
 #include "agent/coordinator_link.hpp"
@@ -368,10 +369,10 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
     send(report);
   }
   // Ranks that exited before they were known here: reaped meanwhile, kept for them.
-  std::vector<std::pair<int, int>> exited;  // (rank, status)
+  std::vector<std::tuple<int, int, bool>> exited;  // (rank, status, group gone)
   for (const auto& s : outcome.started) {
     if (auto e = unclaimed_exits_.find(s.pid); e != unclaimed_exits_.end()) {
-      exited.emplace_back(s.rank, e->second);
+      exited.emplace_back(s.rank, e->second.first, e->second.second);
       unclaimed_exits_.erase(e);
     }
   }
@@ -385,11 +386,11 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
     return;
   }
   if (job.killing) signal_ranks(key, job.kill_grace);  // a kill came while starting
-  for (const auto& [rank, status] : exited) {
+  for (const auto& [rank, status, group_gone] : exited) {
     auto j = jobs_.find(key);
     if (j == jobs_.end()) break;
     auto r = j->second.ranks.find(rank);
-    if (r != j->second.ranks.end() && !r->second.exited) rank_done(key, r->second, status);
+    if (r != j->second.ranks.end() && !r->second.exited) rank_done(key, r->second, status, group_gone);
   }
   reap();
 }
@@ -422,15 +423,16 @@ void Agent::reap() {
       known = job.nccl_root.reaped(pid) || known;
     }
     // A rank that exited before its launch came back from the launch thread.
-    if (!known && launches_in_flight_ > 0) unclaimed_exits_[pid] = status;
+    if (!known && launches_in_flight_ > 0) unclaimed_exits_[pid] = {status, !group_alive(pid)};
   }
 }
 
-void Agent::rank_done(const Key& key, Rank& rank, int status) {
+void Agent::rank_done(const Key& key, Rank& rank, int status, bool group_gone) {
   rank.exited = true;
-  // Whatever the rank left behind in its group (data loader workers, shells) goes too.
-  signal_group(rank.pid, SIGKILL);
-  rank.group_gone = !group_alive(rank.pid);
+  // Whatever the rank left behind in its group (data loader workers, shells) goes too;
+  // a group seen empty since the reap is let go (its id may be reused).
+  if (!group_gone) signal_group(rank.pid, SIGKILL);
+  rank.group_gone = group_gone || !group_alive(rank.pid);
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
@@ -599,8 +601,9 @@ void Agent::watch_ranks() {
     std::vector<std::pair<WatchedRank, std::vector<int>>> on_gpus;  // with their GPUs
   };
   std::vector<Look> looks;
-  // Asked of nvidia-smi (tens of ms of CPU) only while a watched rank on GPUs is idle on
-  // the CPU: a rank that computes there makes progress whatever its GPUs do.
+  // Asked of nvidia-smi (tens of ms of CPU; seconds where the driver is not kept loaded)
+  // only while a watched rank on GPUs is idle on the CPU: a rank that computes there makes
+  // progress whatever its GPUs do.
   bool utilization = false;
   for (auto& [key, job] : jobs_) {
     if (job.killing) continue;
@@ -625,21 +628,26 @@ void Agent::watch_ranks() {
     std::vector<std::pair<Key, int>> joined;
     std::vector<std::pair<Key, protocol::RankProcess>> sampled;
     std::vector<std::pair<Key, std::pair<int, GpuMisuse>>> misuse;
-    std::optional<std::map<int, int>> gpu_busy;  // percent by GPU index, when read
     CpuProgress::Clock::time_point at;
   };
-  const auto now = CpuProgress::Clock::now();
-  utilization = utilization && hooks_.gpu_utilization && now - gpu_busy_at_ >= kGpuUtilizationServes;
+  // The GPUs' utilization is read on its own: a driver that does not answer (nvidia-smi
+  // waits up to its timeout) holds up neither the check-ins nor the samples.
+  if (utilization && hooks_.gpu_utilization && !gpu_busy_reading_ &&
+      CpuProgress::Clock::now() - gpu_busy_at_ >= kGpuUtilizationServes) {
+    gpu_busy_reading_ = true;
+    offload(
+        *work_, [hook = hooks_.gpu_utilization] { return hook(); },
+        [this](const Result<std::map<int, int>>& busy) {
+          gpu_busy_reading_ = false;
+          if (!busy) spdlog::warn("cannot read the GPUs' utilization: {}", busy.error().message());
+          gpu_busy_ = busy.value_or(std::map<int, int>{});
+          gpu_busy_at_ = CpuProgress::Clock::now();
+        });
+  }
   offload(
       *work_,
-      [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus, utilization,
-       busy_hook = hooks_.gpu_utilization] {
+      [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus] {
         Seen seen;
-        if (utilization) {
-          auto busy = busy_hook();
-          if (!busy) spdlog::warn("cannot read the GPUs' utilization: {}", busy.error().message());
-          seen.gpu_busy = busy.value_or(std::map<int, int>{});
-        }
         Result<std::vector<ComputeApp>> apps = std::vector<ComputeApp>{};
         if (gpu_check) apps = apps_hook();
         if (!apps) spdlog::warn("cannot check the ranks' GPUs: {}", apps.error().message());
@@ -677,10 +685,6 @@ void Agent::watch_ranks() {
           return {&it->second, &rank->second};
         };
         for (const auto& [key, r] : seen.joined) mark_joined(key, r);
-        if (seen.gpu_busy) {
-          gpu_busy_ = *seen.gpu_busy;
-          gpu_busy_at_ = seen.at;
-        }
         // A reading older than it serves (nobody idled on the CPU meanwhile) says nothing.
         static const std::map<int, int> kNone;
         const auto& busy = seen.at - gpu_busy_at_ <= kGpuUtilizationServes + std::chrono::seconds(1) ? gpu_busy_ : kNone;

@@ -132,7 +132,8 @@ class Agent {
   void on_started(const Key& key, StartOutcome outcome);
   void send_synced_when_ready();
   void reap();
-  void rank_done(const Key& key, Rank& rank, int status);
+  // group_gone: the rank's group was seen empty since its leader was reaped.
+  void rank_done(const Key& key, Rank& rank, int status, bool group_gone = false);
   void kill_job(const Key& key, Duration grace);
   void signal_ranks(const Key& key, Duration grace);
   void finish_kill(const Key& key);
@@ -163,9 +164,11 @@ class Agent {
   std::unique_ptr<net::Timer> preflight_timer_;
   std::unique_ptr<net::Timer> watch_timer_;
   bool watch_running_ = false;
-  // The last reading of the GPUs' utilization (percent by index) and when it was taken.
+  // The last reading of the GPUs' utilization (percent by index), when it came, and
+  // whether the next is being read.
   std::map<int, int> gpu_busy_;
   CpuProgress::Clock::time_point gpu_busy_at_{};
+  bool gpu_busy_reading_ = false;
   std::uint64_t watch_count_ = 0;
   std::map<Key, Job> jobs_;
   std::deque<Key> finished_;  // attempts that ended here, most recent last
@@ -180,7 +183,9 @@ class Agent {
   // must hear of their ranks first), and exits of pids not known yet are kept.
   int launches_in_flight_ = 0;
   bool synced_pending_ = false;
-  std::map<pid_t, int> unclaimed_exits_;
+  // By pid: the wait status, and whether the process's group was empty when it was reaped
+  // (from then on its id may be any new process's: it is not signalled).
+  std::map<pid_t, std::pair<int, bool>> unclaimed_exits_;
   // The launch thread alone looks users up and forks ranks; the others run commands,
   // sweeps of /proc and waits. Declared last: destroyed first, so no result arrives late.
   std::unique_ptr<net::BlockingWork> launcher_;
