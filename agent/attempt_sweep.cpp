@@ -45,7 +45,10 @@ void AttemptSweep::look(int tries) {
 void AttemptSweep::on_swept(int tries, std::string left, const std::vector<pid_t>& killed) {
   for (pid_t pid : killed) left += (left.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid);
   if (!left.empty() && tries + 1 < kTries) {
-    timer_->start(std::chrono::milliseconds(tries == 0 ? 5 : 50), [this, tries] { look(tries + 1); });
+    const auto gap = tries == 0 ? std::chrono::milliseconds(5)
+                     : tries + 1 < kFastTries ? std::chrono::milliseconds(50)
+                                              : target_.slow_look;
+    timer_->start(gap, [this, tries] { look(tries + 1); });
     return;
   }
   // Moved out first: `done` may destroy this sweep.

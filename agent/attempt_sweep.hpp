@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <csignal>
 #include <functional>
 #include <memory>
@@ -38,6 +39,8 @@ struct SweepTarget {
   std::string proc = "/proc";  // procfs root (tests point it elsewhere)
   // How a process found by its environment is killed: SIGKILL (tests replace it).
   std::function<void(pid_t)> kill_process = [](pid_t pid) { ::kill(pid, SIGKILL); };
+  // The gap between the looks after the first kFastTries (tests shorten it).
+  std::chrono::milliseconds slow_look{500};
 };
 
 class AttemptSweep {
@@ -53,8 +56,12 @@ class AttemptSweep {
 
   void start();
 
-  // Looks before giving up: 40, 5 ms then 50 ms apart (about 2 s).
-  static constexpr int kTries = 40;
+  // Looks before giving up: 40, 5 ms then 50 ms apart (about 2 s), then 56 more
+  // slow_look apart (28 s): a SIGKILLed process stuck in a driver call (a GPU context
+  // being torn down) ends only when the call does, and the node is drained only for what
+  // outlives all of them. The attempt's GPUs and port stay held meanwhile.
+  static constexpr int kFastTries = 40;
+  static constexpr int kTries = 96;
 
  private:
   void look(int tries);

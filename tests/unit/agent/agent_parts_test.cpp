@@ -407,7 +407,8 @@ TEST(AttemptSweep, WhatSurvivesEveryLookIsReportedAndADestroyedSweepAnswersNobod
   int looks = 0;
   std::atomic<int> kills = 0;  // the ghost's pid may be any process's by now: never signalled
   AttemptSweep sweep(
-      loop, work, {982, 3, "a1", {}, dir.path().string(), [&](pid_t pid) { kills += pid == ghost; }},
+      loop, work,
+      {982, 3, "a1", {}, dir.path().string(), [&](pid_t pid) { kills += pid == ghost; }, std::chrono::milliseconds(1)},
       [&] { ++looks; },
       [&](std::string l) {
         left = std::move(l);
