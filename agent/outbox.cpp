@@ -4,8 +4,15 @@ namespace corral::agent {
 
 void Outbox::hold(std::string text) {
   ++made_;
-  if (held_.size() >= max_held_) {
-    held_.pop_front();
+  // Over the bound the oldest report goes, whichever list it is in: one sent on a link
+  // that is closing (not yet lost) is older than anything held.
+  if (held_.size() + unacked_.size() >= max_held_) {
+    if (!unacked_.empty()) {
+      unacked_.pop_front();
+      ++acked_;  // so the connection's acknowledgement of it, should it come, moves nothing
+    } else {
+      held_.pop_front();
+    }
     ++settled_;
   }
   held_.push_back(std::move(text));

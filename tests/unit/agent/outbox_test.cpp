@@ -55,5 +55,22 @@ TEST(Outbox, HoldsNoMoreThanItsBoundDroppingTheOldest) {
   EXPECT_EQ(box.settled(), 2u);
 }
 
+// A report made while the link is closing (sent ones not yet given back by link_lost):
+// over the bound the oldest goes, the sent one, so reports stay settled in order.
+TEST(Outbox, OverTheBoundTheOldestGoesEvenWhenItWasSentOnALinkThatIsClosing) {
+  Outbox box(2);
+  box.sent("1");
+  box.hold("2");
+  box.hold("3");
+  EXPECT_EQ(box.settled(), 1u);
+  EXPECT_EQ(box.unacknowledged(), 0u);
+  box.acknowledged(1);  // the coordinator had it after all: nothing more to settle
+  EXPECT_EQ(box.settled(), 1u);
+  EXPECT_EQ(all(box.release()), (std::vector<std::string>{"2", "3"}));
+  box.acknowledged(3);
+  EXPECT_EQ(box.settled(), 3u);
+  EXPECT_EQ(box.made(), 3u);
+}
+
 }  // namespace
 }  // namespace corral::agent
