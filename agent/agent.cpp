@@ -365,6 +365,8 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
     if (const auto* failed = std::get_if<protocol::RankExited>(&report); failed && failed->launch_failure) {
       spdlog::warn("job {} attempt {} rank {} cannot start here: {}", key.first, key.second, failed->rank,
                    failed->reason);
+      report_end(*failed, Spool::marker_name(key.first, key.second, failed->rank));
+      continue;
     }
     send(report);
   }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "agent/launcher.hpp"
 #include "common/core/files.hpp"
@@ -59,14 +60,10 @@ void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid) con
   std::ofstream(marker_path(job, attempt, rank)) << pid << " " << (pid > 0 ? process_start_time(pid) : "-") << "\n";
 }
 
-void Spool::clear_running(model::JobId job, int attempt, int rank) const {
-  std::error_code ec;
-  fs::remove(marker_path(job, attempt, rank), ec);
-}
-
 void Spool::record_exit(const protocol::RankExited& m) const {
-  std::ofstream(log_path(m.job, m.attempt, m.rank) + ".exit") << m.exit_code << " " << m.signal << "\n"
-                                                              << m.reason << "\n";
+  std::ofstream(log_path(m.job, m.attempt, m.rank) + ".exit")
+      << m.exit_code << " " << m.signal << " " << (m.launch_failure ? 1 : 0) << "\n"
+      << m.reason << "\n";
 }
 
 bool Spool::started_before(model::JobId job, int attempt, int rank) const {
@@ -77,7 +74,13 @@ bool Spool::started_before(model::JobId job, int attempt, int rank) const {
 std::optional<protocol::RankExited> Spool::recorded_exit(model::JobId job, int attempt, int rank) const {
   std::ifstream in(log_path(job, attempt, rank) + ".exit");
   protocol::RankExited m{job, attempt, rank, 0, 0, "", false};
-  if (!(in >> m.exit_code >> m.signal)) return std::nullopt;
+  std::string first;
+  if (!std::getline(in, first)) return std::nullopt;
+  // "CODE SIGNAL [LAUNCH_FAILURE]": the flag is absent in records of older agents.
+  std::istringstream fields(first);
+  int launch_failure = 0;
+  if (!(fields >> m.exit_code >> m.signal)) return std::nullopt;
+  if (fields >> launch_failure) m.launch_failure = launch_failure != 0;
   std::getline(in >> std::ws, m.reason);
   return m;
 }

@@ -34,7 +34,6 @@ class Spool {
   // A rank about to start (pid 0) or started: its marker names its pid and the pid's
   // start time.
   void mark_running(model::JobId job, int attempt, int rank, pid_t pid) const;
-  void clear_running(model::JobId job, int attempt, int rank) const;
   static std::string marker_name(model::JobId job, int attempt, int rank);
   // Removes the marker of that name (from marker_name or a Leftover).
   void forget(const std::string& marker) const;

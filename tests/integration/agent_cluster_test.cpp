@@ -186,6 +186,19 @@ TEST_F(AgentClusterTest, WhatCannotStartEndsTheJobLaunchFailedNamingTheNodeUserA
                                                  ": workdir /nonexistent/corral-dir: No such file or directory"),
             std::string::npos)
       << j.dump(2);
+  // Each rank's marker stayed until the coordinator had its report, and goes then.
+  auto markers_left = [&] {
+    std::size_t n = 0;
+    for (const auto* a : {a_.get(), b_.get()}) {
+      std::error_code ec;
+      for (auto it = std::filesystem::directory_iterator(a->spool() + "/running", ec);
+           !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  EXPECT_TRUE(eventually([&] { return markers_left() == 0; }, 5s)) << markers_left() << " markers left";
   // A shell command whose program is nowhere on the rank's PATH: found before anything runs.
   id = submit(two_node("\"trian.py --lr 3\""));
   j = wait_end(id);

@@ -28,7 +28,7 @@ TEST(Spool, ARunningMarkerIsLeftForTheNextAgentWithThePidsStartTime) {
   ASSERT_TRUE(spool.create());
   spool.mark_running(12, 1, 3, ::getpid());
   spool.mark_running(12, 1, 4, ::getpid());
-  spool.clear_running(12, 1, 4);
+  spool.forget(Spool::marker_name(12, 1, 4));
   auto left = spool.leftovers();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_TRUE(left[0].named);
@@ -60,6 +60,21 @@ TEST(Spool, SaysHowARankEndedOrThatItsEndIsUnknown) {
   EXPECT_EQ(known.reason, "killed by signal 9 (Killed)");
   ASSERT_TRUE(spool.recorded_exit(5, 0, 1).has_value());
   EXPECT_EQ(spool.recorded_exit(5, 0, 1)->signal, SIGKILL);
+  EXPECT_FALSE(spool.recorded_exit(5, 0, 1)->launch_failure);
+  // A rank that could not start is said again as one: the job fails LaunchFailed.
+  spool.record_exit(protocol::RankExited{5, 0, 2, 127, 0, "cannot start as user bob: no such file", true});
+  auto failed = spool.recorded_exit(5, 0, 2);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_TRUE(failed->launch_failure);
+  EXPECT_EQ(failed->exit_code, 127);
+  EXPECT_EQ(failed->reason, "cannot start as user bob: no such file");
+  // An older agent's record, without the flag.
+  std::ofstream(spool.log_path(5, 0, 3) + ".exit") << "3 0\nexited with code 3\n";
+  auto old = spool.recorded_exit(5, 0, 3);
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->exit_code, 3);
+  EXPECT_FALSE(old->launch_failure);
+  EXPECT_EQ(old->reason, "exited with code 3");
 }
 
 TEST(Spool, NamesTheFolderItCannotCreate) {
