@@ -23,6 +23,7 @@ its own certificate, TLS, the WebSocket, heartbeats every second), then measures
 Prints a table of medians with min-max and the load average, then stops what it started.
 
     python3 bench/scale.py [--build build] [--nodes 2000] [--pending 10000]
+                           [--settings 'YAML lines for the coordinator's config']
 """
 
 import argparse
@@ -107,13 +108,15 @@ def main():
                    help="each node reports its ranks started up to this long after its Launch")
     p.add_argument("--only", default="", help="comma-separated: idle,nodes,start,pass,gang (default all)")
     p.add_argument("--gang", type=int, default=0, help="nodes of the gang job (0: as many as --nodes, at most 1,024)")
+    p.add_argument("--settings", default="", help="more lines for the coordinator's config (YAML)")
     args = p.parse_args()
     want = set(args.only.split(",")) if args.only else {"idle", "nodes", "start", "pass", "gang"}
     build = os.path.abspath(args.build)
     cli = os.path.join(build, "cli", "corral")
     rows = []
     loads = []
-    with LocalCluster(build, agents=0) as c:
+    settings = args.settings + "\n" if args.settings else ""
+    with LocalCluster(build, agents=0, settings=settings) as c:
         coord = c.procs[0].pid
         env = c.env()
         errors = open(os.path.join(c.dir, "swarm.log"), "w")
