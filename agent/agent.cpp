@@ -632,8 +632,9 @@ void Agent::watch_ranks() {
     std::vector<std::pair<Key, std::pair<int, GpuMisuse>>> misuse;
     CpuProgress::Clock::time_point at;
   };
-  // The GPUs' utilization is read on its own: a driver that does not answer (nvidia-smi
-  // waits up to its timeout) holds up neither the check-ins nor the samples.
+  // The GPUs' utilization is read on its own, beside the look: a driver slow to answer
+  // (nvidia-smi waits up to its timeout) does not hold the look up for it. (The
+  // compute-apps check, every 5 s, still runs inside the look.)
   if (utilization && hooks_.gpu_utilization && !gpu_busy_reading_ &&
       CpuProgress::Clock::now() - gpu_busy_at_ >= kGpuUtilizationServes) {
     gpu_busy_reading_ = true;
@@ -687,12 +688,16 @@ void Agent::watch_ranks() {
           return {&it->second, &rank->second};
         };
         for (const auto& [key, r] : seen.joined) mark_joined(key, r);
-        // A reading older than it serves (nobody idled on the CPU meanwhile) says nothing.
+        // A reading older than it serves (nobody idled on the CPU meanwhile) says nothing;
+        // while the next one is being read, a rank on GPUs is not judged (its CPU time
+        // counts at the next sample all the same): idle GPUs are not assumed.
         static const std::map<int, int> kNone;
-        const auto& busy = seen.at - gpu_busy_at_ <= kGpuUtilizationServes + std::chrono::seconds(1) ? gpu_busy_ : kNone;
+        const bool fresh = seen.at - gpu_busy_at_ <= kGpuUtilizationServes + std::chrono::seconds(1);
+        const auto& busy = fresh ? gpu_busy_ : kNone;
         for (const auto& [key, p] : seen.sampled) {
           auto [job, rank] = find(key, p.rank);
           if (rank == nullptr || !p.alive) continue;
+          if (!fresh && gpu_busy_reading_ && !rank->gpus.empty()) continue;
           bool gpu_busy = std::any_of(rank->gpus.begin(), rank->gpus.end(), [&](int g) {
             auto u = busy.find(g);
             return u != busy.end() && u->second > 0;

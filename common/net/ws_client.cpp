@@ -1,5 +1,11 @@
 #include "common/net/ws_client.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -42,7 +48,12 @@ class Link : public std::enable_shared_from_this<Link> {
     beast::get_lowest_layer(ws_).async_connect(results, [self](beast::error_code ec, const tcp::endpoint&) {
       if (ec) return self->fail("cannot connect: " + ec.message());
       boost::system::error_code ignored;  // as the server: no Nagle delay on small messages
-      beast::get_lowest_layer(self->ws_).socket().set_option(tcp::no_delay(true), ignored);
+      auto& socket = beast::get_lowest_layer(self->ws_).socket();
+      socket.set_option(tcp::no_delay(true), ignored);
+      const unsigned int unacked_ms = static_cast<unsigned int>(self->options_.unacked_timeout.count());
+      if (::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof(unacked_ms)) != 0) {
+        return self->fail(std::string("cannot set TCP_USER_TIMEOUT: ") + std::strerror(errno));
+      }
       if (!set_sni(self->ws_.next_layer().native_handle(), self->url_.host)) {
         return self->fail("cannot set TLS server name");
       }

@@ -22,6 +22,10 @@ struct WsClientOptions {
   // The coordinator says nothing to an idle agent: each agent's ping costs it a pong, so
   // 2,000 agents at 15 s sent it 267 a second; at 60 s, 67.
   Duration idle_timeout = std::chrono::seconds(60);
+  // What this end sent and the peer has not acknowledged for this long ends the link
+  // (TCP_USER_TIMEOUT): an agent sends a heartbeat every second, so a coordinator that is
+  // gone without a word (its host down, the network cut) is seen within it, no ping needed.
+  Duration unacked_timeout = std::chrono::seconds(15);
   std::size_t max_message_bytes = 64 * 1024 * 1024;
   std::size_t max_queue_bytes = 256 * 1024 * 1024;
 };

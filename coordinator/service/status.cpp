@@ -229,6 +229,7 @@ void Coordinator::close_streams_of_gone_tokens() {
     if (s.token_hash.empty() || !s.stream->open()) continue;
     auto [it, first] = gone.try_emplace(s.token_hash, false);
     if (first) {
+      users_.erase(s.token_hash);  // from the database, not a cache entry up to 5 s old
       auto caller = caller_for(s.token_hash);
       it->second = caller.has_value() && !caller->has_value();
     }
