@@ -271,8 +271,12 @@ std::string format_job(const JobInfo& job, TimePoint now) {
                                             " of " + std::to_string(rv.ranks) + " joined" +
                                             (rv.timeout_s > 0 ? "; deadline " + format_duration(Duration(static_cast<std::int64_t>(rv.timeout_s * 1000))) + " after the start"
                                                               : std::string()));
-    } else {
+    } else if (live) {
       fields.emplace_back("Rendezvous", std::to_string(rv.joined) + " of " + std::to_string(rv.ranks) + " ranks checked in");
+    } else {
+      // Ended: a rank that checked in and ended between two looks was never seen doing so.
+      fields.emplace_back("Rendezvous", std::to_string(rv.joined) + " of " + std::to_string(rv.ranks) +
+                                            " ranks seen checking in before the job ended (the agents look every 200 ms)");
     }
   }
   // Held until the lost node's agent confirms, or an admin clears it (corral nodes --clear).

@@ -190,6 +190,14 @@ TEST(FormatJob, TheRendezvousWhileItLastsAndNotForAJobThatEndedBeforeAnyLook) {
   EXPECT_NE(out.find("waiting for ranks 1 (gpu-b), 0 of 2 joined; deadline 5m after the start"), std::string::npos)
       << out;
   EXPECT_NE(out.find("JOINED"), std::string::npos) << out;
+  // Ended with one check-in seen: said as what the looks saw, not as a rendezvous that
+  // stopped halfway (a job of milliseconds ends between two looks).
+  auto one = parse_job(std::regex_replace(text, std::regex("\"joined\": 0"), "\"joined\": 1"));
+  ASSERT_TRUE(one.has_value());
+  out = format_job(*one, kNow);
+  EXPECT_NE(out.find("Rendezvous:   1 of 2 ranks seen checking in before the job ended (the agents look every 200 ms)\n"),
+            std::string::npos)
+      << out;
 }
 
 TEST(FormatJob, AnEndingJobSaysItsOutcomeAndTheRanksItWaitsFor) {
