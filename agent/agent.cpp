@@ -593,23 +593,24 @@ void Agent::watch_ranks() {
   if (watch_running_) return;  // the last look is still going
   ++watch_count_;
   const bool sample = watch_count_ % kHangSampleEvery == 0;
-  const bool gpu_check = watch_count_ % kGpuCheckEvery == 0 && hooks_.compute_apps;
+  const bool gpu_check = watch_count_ % kGpuCheckEvery == 0 && hooks_.compute_apps && !gpu_check_running_;
   struct Look {
     Key key;
     std::string master_addr;
     int master_port = 0;
     std::vector<WatchedRank> joining;  // not checked in yet
     std::vector<WatchedRank> sampled;  // whose progress is watched
-    std::vector<std::pair<WatchedRank, std::vector<int>>> on_gpus;  // with their GPUs
   };
   std::vector<Look> looks;
+  std::vector<std::pair<Key, std::vector<std::pair<WatchedRank, std::vector<int>>>>> on_gpus;  // with their GPUs
   // Asked of nvidia-smi (tens of ms of CPU; seconds where the driver is not kept loaded)
   // only while a watched rank on GPUs is idle on the CPU: a rank that computes there makes
   // progress whatever its GPUs do.
   bool utilization = false;
   for (auto& [key, job] : jobs_) {
     if (job.killing) continue;
-    Look look{key, job.master_addr, job.master_port, {}, {}, {}};
+    Look look{key, job.master_addr, job.master_port, {}, {}};
+    std::vector<std::pair<WatchedRank, std::vector<int>>> mine;
     for (auto& [r, rank] : job.ranks) {
       if (rank.exited) continue;
       if (!job.master_addr.empty() && !rank.joined &&
@@ -620,21 +621,14 @@ void Agent::watch_ranks() {
         look.sampled.push_back({r, rank.pid});
         utilization = utilization || (rank.progress.cpu_idle() && !rank.gpus.empty());
       }
-      if (gpu_check && !rank.gpus.empty()) look.on_gpus.push_back({{r, rank.pid}, rank.gpus});
+      if (gpu_check && !rank.gpus.empty()) mine.push_back({{r, rank.pid}, rank.gpus});
     }
-    if (!look.joining.empty() || !look.sampled.empty() || !look.on_gpus.empty()) looks.push_back(std::move(look));
+    if (!look.joining.empty() || !look.sampled.empty()) looks.push_back(std::move(look));
+    if (!mine.empty()) on_gpus.emplace_back(key, std::move(mine));
   }
-  if (looks.empty()) return;
-  watch_running_ = true;
-  struct Seen {
-    std::vector<std::pair<Key, int>> joined;
-    std::vector<std::pair<Key, protocol::RankProcess>> sampled;
-    std::vector<std::pair<Key, std::pair<int, GpuMisuse>>> misuse;
-    CpuProgress::Clock::time_point at;
-  };
-  // The GPUs' utilization is read on its own, beside the look: a driver slow to answer
-  // (nvidia-smi waits up to its timeout) does not hold the look up for it. (The
-  // compute-apps check, every 5 s, still runs inside the look.)
+  // What nvidia-smi answers is read beside the looks, each on its own: a driver slow to
+  // answer (nvidia-smi waits up to its timeout) holds up neither the check-ins nor the
+  // samples. The GPUs' utilization serves the samples for kGpuUtilizationServes.
   if (utilization && hooks_.gpu_utilization && !gpu_busy_reading_ &&
       CpuProgress::Clock::now() - gpu_busy_at_ >= kGpuUtilizationServes) {
     gpu_busy_reading_ = true;
@@ -647,13 +641,18 @@ void Agent::watch_ranks() {
           gpu_busy_at_ = CpuProgress::Clock::now();
         });
   }
+  if (!on_gpus.empty()) check_gpu_use(std::move(on_gpus));
+  if (looks.empty()) return;
+  watch_running_ = true;
+  struct Seen {
+    std::vector<std::pair<Key, int>> joined;
+    std::vector<std::pair<Key, protocol::RankProcess>> sampled;
+    CpuProgress::Clock::time_point at;
+  };
   offload(
       *work_,
-      [looks = std::move(looks), gpu_check, apps_hook = hooks_.compute_apps, gpus = node_.gpus] {
+      [looks = std::move(looks)] {
         Seen seen;
-        Result<std::vector<ComputeApp>> apps = std::vector<ComputeApp>{};
-        if (gpu_check) apps = apps_hook();
-        if (!apps) spdlog::warn("cannot check the ranks' GPUs: {}", apps.error().message());
         for (const auto& look : looks) {
           if (!look.joining.empty()) {
             for (int rank : joined_ranks(look.joining, look.master_addr, look.master_port)) {
@@ -661,32 +660,12 @@ void Agent::watch_ranks() {
             }
           }
           for (auto& p : inspect_ranks(look.sampled)) seen.sampled.emplace_back(look.key, std::move(p));
-          if (look.on_gpus.empty() || !apps || apps->empty()) continue;
-          std::vector<pid_t> groups;
-          for (const auto& [r, own] : look.on_gpus) groups.push_back(r.group);
-          auto members = group_members(groups);
-          std::vector<RankOnGpus> ranks;
-          for (const auto& [r, own] : look.on_gpus) {
-            RankOnGpus rank{r.rank, {}, own};
-            for (const auto& p : members[r.group]) rank.processes[p.pid] = p.comm;
-            ranks.push_back(std::move(rank));
-          }
-          for (auto& [rank, misuse] : find_gpu_misuse(ranks, *apps, gpus)) {
-            seen.misuse.emplace_back(look.key, std::pair{rank, std::move(misuse)});
-          }
         }
         seen.at = CpuProgress::Clock::now();
         return seen;
       },
       [this](const Seen& seen) {
         watch_running_ = false;
-        auto find = [this](const Key& key, int r) -> std::pair<Job*, Rank*> {
-          auto it = jobs_.find(key);
-          if (it == jobs_.end()) return {nullptr, nullptr};
-          auto rank = it->second.ranks.find(r);
-          if (rank == it->second.ranks.end() || rank->second.exited) return {nullptr, nullptr};
-          return {&it->second, &rank->second};
-        };
         for (const auto& [key, r] : seen.joined) mark_joined(key, r);
         // A reading older than it serves (nobody idled on the CPU meanwhile) says nothing;
         // while the next one is being read, a rank on GPUs is not judged (its CPU time
@@ -695,7 +674,7 @@ void Agent::watch_ranks() {
         const bool fresh = seen.at - gpu_busy_at_ <= kGpuUtilizationServes + std::chrono::seconds(1);
         const auto& busy = fresh ? gpu_busy_ : kNone;
         for (const auto& [key, p] : seen.sampled) {
-          auto [job, rank] = find(key, p.rank);
+          auto [job, rank] = running_rank(key, p.rank);
           if (rank == nullptr || !p.alive) continue;
           if (!fresh && gpu_busy_reading_ && !rank->gpus.empty()) continue;
           bool gpu_busy = std::any_of(rank->gpus.begin(), rank->gpus.end(), [&](int g) {
@@ -708,14 +687,53 @@ void Agent::watch_ranks() {
           rank->stalled_state = p.state;
           send(protocol::RankStall{key.first, key.second, p.rank, stalled, rank->progress.idle(seen.at).count(), p.state});
         }
-        for (const auto& [key, misuse] : seen.misuse) {
-          auto [job, rank] = find(key, misuse.first);
+      });
+}
+
+void Agent::check_gpu_use(std::vector<std::pair<Key, std::vector<std::pair<WatchedRank, std::vector<int>>>>> on_gpus) {
+  gpu_check_running_ = true;
+  using Misuse = std::vector<std::pair<Key, std::pair<int, GpuMisuse>>>;
+  offload(
+      *work_,
+      [on_gpus = std::move(on_gpus), apps_hook = hooks_.compute_apps, gpus = node_.gpus] {
+        Misuse found;
+        auto apps = apps_hook();
+        if (!apps) spdlog::warn("cannot check the ranks' GPUs: {}", apps.error().message());
+        if (!apps || apps->empty()) return found;
+        for (const auto& [key, ranks_on_gpus] : on_gpus) {
+          std::vector<pid_t> groups;
+          for (const auto& [r, own] : ranks_on_gpus) groups.push_back(r.group);
+          auto members = group_members(groups);
+          std::vector<RankOnGpus> ranks;
+          for (const auto& [r, own] : ranks_on_gpus) {
+            RankOnGpus rank{r.rank, {}, own};
+            for (const auto& p : members[r.group]) rank.processes[p.pid] = p.comm;
+            ranks.push_back(std::move(rank));
+          }
+          for (auto& [rank, misuse] : find_gpu_misuse(ranks, *apps, gpus)) {
+            found.emplace_back(key, std::pair{rank, std::move(misuse)});
+          }
+        }
+        return found;
+      },
+      [this](const Misuse& found) {
+        gpu_check_running_ = false;
+        for (const auto& [key, misuse] : found) {
+          auto [job, rank] = running_rank(key, misuse.first);
           // Once per rank and GPU: a program that starts new processes keeps its warning.
           if (rank == nullptr || !rank->warned.insert("gpu " + std::to_string(misuse.second.gpu)).second) continue;
           spdlog::warn("job {} rank {}: {}", key.first, misuse.first, misuse.second.text);
           send(protocol::RankWarning{key.first, key.second, misuse.first, misuse.second.text});
         }
       });
+}
+
+std::pair<Agent::Job*, Agent::Rank*> Agent::running_rank(const Key& key, int r) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return {nullptr, nullptr};
+  auto rank = it->second.ranks.find(r);
+  if (rank == it->second.ranks.end() || rank->second.exited) return {nullptr, nullptr};
+  return {&it->second, &rank->second};
 }
 
 std::vector<WatchedRank> Agent::watched(const Key& key, const std::vector<int>& ranks) const {

@@ -152,6 +152,11 @@ class Agent {
   // Looks, off the loop, for ranks that checked in since the last look, and every
   // kHangSampleEvery-th time at the CPU time of the ranks whose progress is watched.
   void watch_ranks();
+  // Every kGpuCheckEvery-th look: the processes on the GPUs (nvidia-smi, off the loop and
+  // apart from the looks) against each rank's own GPUs; RankWarning for a misuse.
+  void check_gpu_use(std::vector<std::pair<Key, std::vector<std::pair<WatchedRank, std::vector<int>>>>> on_gpus);
+  // A rank of a job here that has not exited; {nullptr, nullptr} otherwise.
+  std::pair<Job*, Rank*> running_rank(const Key& key, int r);
   void let_go_of_empty_groups();
 
   net::EventLoop& loop_;
@@ -169,6 +174,7 @@ class Agent {
   std::map<int, int> gpu_busy_;
   CpuProgress::Clock::time_point gpu_busy_at_{};
   bool gpu_busy_reading_ = false;
+  bool gpu_check_running_ = false;  // check_gpu_use's nvidia-smi is being read
   std::uint64_t watch_count_ = 0;
   std::map<Key, Job> jobs_;
   std::deque<Key> finished_;  // attempts that ended here, most recent last

@@ -89,8 +89,9 @@ StartOutcome start_ranks(const StartContext& context, const protocol::Launch& m,
     context.spool.mark_running(m.job, m.attempt, r.rank, 0);
     auto pid = spawn(spec);
     if (!pid) {
+      // A bad workdir or command fails every rank alike: report it as the launch failure.
       // The marker stays until the coordinator has the report (an agent killed before
-      // then leaves it, and the .exit record, to the next one). A bad workdir or command fails every rank alike: report it as the launch failure.
+      // then leaves it, and the .exit record, to the next one).
       out.reports.emplace_back(protocol::RankExited{
           m.job, m.attempt, r.rank, 127, 0,
           "cannot start as user " + (user ? user->name : m.user) + ": " + pid.error().message(), true});

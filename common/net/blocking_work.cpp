@@ -60,7 +60,11 @@ void BlockingWork::submit(std::function<std::function<void()>()> task) {
     std::lock_guard lock(state_->mutex);
     state_->queue.push_back(std::move(task));
     ++state_->pending;
-    if (state_->idle == 0 && state_->threads < state_->max_threads) {
+    // A thread for each task no idle thread will take: an idle thread already woken for
+    // an earlier task that it has not taken yet still counts as idle, so the queue, not
+    // the idle count alone, says whether one more is needed (else two tasks given at once
+    // to one idle thread run one after the other, the second behind a first that blocks).
+    if (state_->queue.size() > state_->idle && state_->threads < state_->max_threads) {
       ++state_->threads;
       start_thread = true;
     }

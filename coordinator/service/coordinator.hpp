@@ -182,6 +182,7 @@ class Coordinator final : public net::ServerHandler {
   // stream is closed once that token is gone (checked every kTokenRecheck).
   net::HttpResponse status_events(std::string token_hash);
   void close_streams_of_gone_tokens();
+  void drop_closed_streams();
   std::string status_event() const;
   // Something on the page may have changed: after each commit, and when a link closed.
   void status_changed();

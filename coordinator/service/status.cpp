@@ -213,10 +213,14 @@ std::string Coordinator::status_event() const {
   return "event: change\ndata: " + Json{{"seq", status_seq_}, {"ended", status_ended_}}.dump() + "\n\n";
 }
 
+void Coordinator::drop_closed_streams() {
+  std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
+}
+
 net::HttpResponse Coordinator::status_events(std::string token_hash) {
   net::HttpResponse res{200, "text/event-stream", "retry: 2000\n\n" + status_event(), {{"Cache-Control", "no-store"}}};
   res.stream = [this, token_hash = std::move(token_hash)](std::shared_ptr<net::EventStream> stream) {
-    std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
+    drop_closed_streams();
     status_streams_.push_back({std::move(stream), token_hash});
   };
   return res;
@@ -235,7 +239,7 @@ void Coordinator::close_streams_of_gone_tokens() {
     }
     if (it->second) s.stream->close();
   }
-  std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
+  drop_closed_streams();
 }
 
 void Coordinator::status_changed() {
@@ -251,7 +255,7 @@ void Coordinator::status_changed() {
 }
 
 void Coordinator::broadcast_status(const std::string& text) {
-  std::erase_if(status_streams_, [](const auto& s) { return !s.stream->open(); });
+  drop_closed_streams();
   for (const auto& s : status_streams_) s.stream->send(text);
 }
 

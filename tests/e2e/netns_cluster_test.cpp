@@ -5,14 +5,19 @@
 
 #include "tests/e2e/netns_cluster.hpp"
 
+#include "common/core/files.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -393,12 +398,13 @@ class GpuUse : public NetnsCluster {
     return out;
   }
 
-  // Whole at once (a rename), as the agents may read it at any moment.
+  // Whole at once, as the agents may read it at any moment.
   void set_utilization(int percent) {
     for (int i = 1; i <= kAgents; ++i) {
       const std::string file = dir_.file("busy-" + std::to_string(i) + ".csv");
-      std::ofstream(file + ".new") << "0, " << percent << "\n1, " << percent << "\n";
-      ASSERT_EQ(std::rename((file + ".new").c_str(), file.c_str()), 0) << file;
+      const std::string pct = std::to_string(percent);
+      auto written = write_file_atomically(file, "0, " + pct + "\n1, " + pct + "\n", 0644);
+      ASSERT_TRUE(written.has_value()) << written.error().message();
     }
   }
 };
@@ -486,6 +492,51 @@ TEST_F(GpuUse, ABusyGpuIsProgressAndAHangCountsFromWhenTheGpusWentIdle) {
   }
   EXPECT_EQ(named, 4) << hang;
   EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
+  EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
+}
+
+// A driver that does not answer: every node's compute-apps "output" is a FIFO nobody
+// writes, so each agent's GPU-misuse check (every 5 s) blocks in it. The hang detector's
+// samples must go on meanwhile: the hang, found only after that check has started,
+// still gets its event. At the end the FIFOs are answered (empty), so the agents can stop.
+TEST_F(GpuUse, ADriverThatDoesNotAnswerHoldsUpNoProgressSample) {
+  std::vector<std::string> fifos;
+  for (int i = 1; i <= kAgents; ++i) {
+    const std::string file = dir_.file("apps-" + std::to_string(i) + ".csv");
+    std::filesystem::remove(file);
+    ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0) << file << ": " << std::strerror(errno);
+    fifos.push_back(file);
+  }
+  struct Answer {
+    std::vector<std::string>& fifos;
+    ~Answer() {
+      // Opened for reading and writing, a FIFO lets a reader blocked in open() through;
+      // the file put in its place makes later reads plain, and closing gives the EOF.
+      for (const auto& f : fifos) {
+        int fd = ::open(f.c_str(), O_RDWR | O_NONBLOCK);
+        (void)write_file_atomically(f, "", 0644);
+        if (fd >= 0) ::close(fd);
+      }
+    }
+  } answer{fifos};
+  set_utilization(0);
+  // The 8 s timeout: each agent's check (every 5 s) is blocked before any hang is due.
+  model::JobId id = submit(two_by_two("[/bin/bash, -c, 'kill -STOP $$']", "launch: {hang_timeout: 8s}\n"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json j;
+  std::string hang;
+  ASSERT_TRUE(eventually(
+      [&] {
+        j = job(id);
+        for (const auto& e : j["events"]) {
+          if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
+        }
+        return !hang.empty();
+      },
+      20s))
+      << j.dump(2);
+  EXPECT_TRUE(hang.starts_with("hang: no rank has used CPU or its GPUs for 8s")) << hang;
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
   EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
 }

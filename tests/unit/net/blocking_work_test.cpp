@@ -87,6 +87,30 @@ TEST(BlockingWork, ResultsAfterItIsDestroyedAreDropped) {
   EXPECT_FALSE(called);
 }
 
+// Two tasks given at once while one thread idles: the second must not wait behind the
+// first, which here blocks until the second has run (as an nvidia-smi that does not
+// answer would hold up whatever queued behind it).
+TEST(BlockingWork, TwoTasksGivenAtOnceToOneIdleThreadRunSideBySide) {
+  EventLoop loop;
+  BlockingWork work(loop, 4, "test-work");
+  work.run([] {}, [&] { loop.stop(); });  // one thread, idle from now on
+  loop.run();
+  std::promise<void> second_ran;
+  auto ran = second_ran.get_future().share();
+  bool first_saw_it = false;
+  int done = 0;
+  work.run([ran] { return ran.wait_for(5s) == std::future_status::ready; },
+           [&](bool saw) {
+             first_saw_it = saw;
+             if (++done == 2) loop.stop();
+           });
+  work.run([&second_ran] { second_ran.set_value(); }, [&] {
+    if (++done == 2) loop.stop();
+  });
+  loop.run();
+  EXPECT_TRUE(first_saw_it) << "the second task waited behind the first";
+}
+
 TEST(BlockingWork, RunsNoMoreThanItsThreadsAtOnce) {
   EventLoop loop;
   BlockingWork work(loop, 2, "test-work");
