@@ -119,6 +119,16 @@ class NetnsCluster : public ::testing::Test {
 
   Json job(model::JobId id) { return parse(call("GET", "/v1/jobs/" + std::to_string(id)).body); }
 
+  // The job's "hang: ..." event, "" while it has none; `j` is the job as it was read.
+  std::string hang_event(model::JobId id, Json& j) {
+    j = job(id);
+    std::string hang;
+    for (const auto& e : j["events"]) {
+      if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
+    }
+    return hang;
+  }
+
   // The job once it has ended: the coordinator answers the long poll at its end (or
   // after `seconds`, with the job as it is then).
   Json wait_end(model::JobId id, int seconds = 30) {

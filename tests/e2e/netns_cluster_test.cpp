@@ -307,15 +307,7 @@ TEST_F(NetnsCluster, AStoppedRankIsNamedWhenTheJobHangsAndCorralStackShowsWhereE
   ASSERT_TRUE(reaches(id, "RUNNING"));
   Json j;
   std::string hang;
-  ASSERT_TRUE(eventually(
-      [&] {
-        j = job(id);
-        for (const auto& e : j["events"]) {
-          if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
-        }
-        return !hang.empty();
-      },
-      30s))
+  ASSERT_TRUE(eventually([&] { return !(hang = hang_event(id, j)).empty(); }, 30s))
       << j.dump(2);
   std::string node3 = j["ranks"][3]["node"];
   std::cout << hang << "\n";
@@ -463,13 +455,7 @@ TEST_F(GpuUse, ABusyGpuIsProgressAndAHangCountsFromWhenTheGpusWentIdle) {
   ASSERT_TRUE(reads.ok());
   Json j;
   std::string hang;
-  auto hang_found = [&] {
-    j = job(id);
-    for (const auto& e : j["events"]) {
-      if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
-    }
-    return !hang.empty();
-  };
+  auto hang_found = [&] { return !(hang = hang_event(id, j)).empty(); };
   EXPECT_FALSE(eventually(hang_found, 6s)) << hang;
   // Samples come every second; a reading of the GPUs serves them for 5 s, so a node whose
   // ranks idle on the CPU asks nvidia-smi (here: reads its file) once in 5 s, not 5 times.
@@ -526,15 +512,7 @@ TEST_F(GpuUse, ADriverThatDoesNotAnswerHoldsUpNoProgressSample) {
   ASSERT_TRUE(reaches(id, "RUNNING"));
   Json j;
   std::string hang;
-  ASSERT_TRUE(eventually(
-      [&] {
-        j = job(id);
-        for (const auto& e : j["events"]) {
-          if (e["text"].get<std::string>().starts_with("hang:")) hang = e["text"];
-        }
-        return !hang.empty();
-      },
-      20s))
+  ASSERT_TRUE(eventually([&] { return !(hang = hang_event(id, j)).empty(); }, 20s))
       << j.dump(2);
   EXPECT_TRUE(hang.starts_with("hang: no rank has used CPU or its GPUs for 8s")) << hang;
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
