@@ -259,10 +259,14 @@ TEST_F(DdpGloo, ARankSeesWhatTorchrunWouldGiveItAndTheSubmittingShellsEnvironmen
   // torchrun, as its users start it on two nodes (Python 3.11 needs --redirects/--tee).
   // torchrun is the peer here, not what is tested: its agent picks its workers' port by
   // binding port 0 and letting it go, which another test running beside this one can take
-  // first. A failed reference run is shown and tried again, with a new port, twice at most.
+  // first; and a worker that connects to that other listener waits for a store that never
+  // answers. A reference run that fails, or has not ended after 90 s, is shown, killed
+  // with its workers (they share its process group), and tried again with a new port, twice
+  // at most.
   std::string failures;
   bool reference_ran = false;
   for (int attempt = 0; attempt < 3 && !reference_ran; ++attempt) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
     std::string port = std::to_string(free_port());
     std::vector<std::unique_ptr<testing::Child>> nodes;
     for (int n = 0; n < 2; ++n) {
@@ -274,17 +278,20 @@ TEST_F(DdpGloo, ARankSeesWhatTorchrunWouldGiveItAndTheSubmittingShellsEnvironmen
     }
     reference_ran = true;
     for (std::size_t n = 0; n < nodes.size(); ++n) {
-      std::string said = nodes[n]->read_stdout();
-      int status = nodes[n]->wait();
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      std::string said;
+      std::optional<int> status = nodes[n]->wait_until(deadline, said);
+      if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) continue;
       reference_ran = false;
-      failures += "attempt " + std::to_string(attempt + 1) + ", torchrun node " + std::to_string(n) +
-                  " (port " + port + ") ended with status " + std::to_string(status) + "\nstdout:\n" + said +
-                  "stderr:\n";
-      for (const auto& line : nodes[n]->lines()) failures += line + "\n";
+      std::string failure = "attempt " + std::to_string(attempt + 1) + ", torchrun node " + std::to_string(n) +
+                            " (port " + port + ") " +
+                            (status ? "ended with status " + std::to_string(*status) : "had not ended after 90 s") +
+                            "\nstdout:\n" + said + "stderr:\n";
+      for (const auto& line : nodes[n]->lines()) failure += line + "\n";
+      std::cout << failure << std::flush;  // now, not only at the end: a run that hangs shows why
+      failures += failure;
     }
+    for (auto& node : nodes) node->kill_and_wait(SIGKILL);
   }
-  if (!failures.empty()) std::cout << "the reference torchrun run failed before it ran:\n" << failures;
   ASSERT_TRUE(reference_ran) << failures;
   // corral, from a shell in another directory with a variable of its own.
   std::string from = dir_.file("submitted-from");

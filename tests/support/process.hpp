@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +106,33 @@ class Child {
       all.append(buf, static_cast<std::size_t>(n));
     }
     return all;
+  }
+
+  // Waits, until `deadline` at most, for the child to exit and close its stdout, which is
+  // appended to `out`. Its exit status, or nothing when the deadline came first: the child
+  // is then still running, for the caller to kill. Waits on a pidfd, never by polling.
+  std::optional<int> wait_until(std::chrono::steady_clock::time_point deadline, std::string& out) {
+    if (pid_ <= 0) return status_;
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd < 0) return std::nullopt;
+    bool exited = false;
+    bool eof = false;
+    char buf[4096];
+    while (!(exited && eof)) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd fds[2] = {{eof ? -1 : out_, POLLIN, 0}, {exited ? -1 : pidfd, POLLIN, 0}};
+      if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+      if (fds[0].revents != 0) {
+        ssize_t n = ::read(out_, buf, sizeof(buf));
+        if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+        else eof = true;
+      }
+      if (fds[1].revents != 0) exited = true;
+    }
+    ::close(pidfd);
+    if (!(exited && eof)) return std::nullopt;
+    return wait();
   }
 
   std::vector<std::string> lines() {
