@@ -127,6 +127,7 @@ void Agent::kill_orphans() {
     // Its group's id is ours only if its leader was found alive (and killed) just now.
     Job& job = jobs_[{left.job, left.attempt}];
     job.killing = true;
+    job.gpu_uuids.insert(job.gpu_uuids.end(), left.gpu_uuids.begin(), left.gpu_uuids.end());
     job.ranks[left.rank] = Rank{left.rank, left.pid, true, !leader, false, "", {}};
   }
   std::vector<Key> left;
@@ -345,7 +346,8 @@ void Agent::on_launch(const protocol::Launch& m) {
     probe = job.probe_fd;
     job.probe_fd = -1;
   }
-  StartContext context{spool_, interface_, agent_id_, config_.allow_root_jobs};
+  StartContext context{spool_, interface_, agent_id_, config_.allow_root_jobs, {}};
+  for (const auto& gpu : node_.gpus) context.gpu_uuids[gpu.index] = gpu.uuid;
   offload(
       *launcher_, [context = std::move(context), m, probe] { return start_ranks(context, m, probe); },
       [this, key](StartOutcome outcome) { on_started(key, std::move(outcome)); });
@@ -359,7 +361,11 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
   job.launching = false;
   for (const auto& s : outcome.started) {
     job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, false, s.log, s.gpus};
-    job.gpus.insert(job.gpus.end(), s.gpus.begin(), s.gpus.end());
+    for (int g : s.gpus) {
+      for (const auto& gpu : node_.gpus) {
+        if (gpu.index == g) job.gpu_uuids.push_back(gpu.uuid);
+      }
+    }
   }
   for (const auto& report : outcome.reports) {
     if (const auto* failed = std::get_if<protocol::RankExited>(&report); failed && failed->launch_failure) {
@@ -529,15 +535,17 @@ void Agent::on_swept(const Key& key, const std::string& left) {
     jobs_.erase(it);
     return;
   }
-  if (!hooks_.gpus_still_held || job.gpus.empty()) return attempt_gone(key, {});
-  std::vector<std::string> uuids;
-  for (int g : job.gpus) {
-    for (const auto& gpu : node_.gpus) {
-      if (gpu.index == g) uuids.push_back(gpu.uuid);
-    }
-  }
+  // Confirmed dead; its GPUs go back only once nothing else holds them either (a process
+  // that left the job's groups and environment, or a CUDA context the driver has not torn
+  // down yet). A leftover attempt's GPUs come from its markers: no survey needed.
+  if (!hooks_.compute_apps || job.gpu_uuids.empty()) return attempt_gone(key, {});
   offload(
-      *work_, [held = hooks_.gpus_still_held, uuids] { return held(uuids); },
+      *work_,
+      [apps = hooks_.compute_apps, uuids = job.gpu_uuids] {
+        auto listed = apps();
+        if (!listed) return std::vector<std::string>{"cannot check: " + listed.error().message()};
+        return gpus_still_held(*listed, uuids);
+      },
       [this, key](const std::vector<std::string>& held) { attempt_gone(key, held); });
 }
 

@@ -47,11 +47,9 @@ struct AgentHooks {
   // Runs the node checklist against the GPUs found at start (`expected`); "" when
   // healthy, else why the node should be drained.
   std::function<std::string(std::size_t expected)> preflight;
-  // After a job's ranks are gone: descriptions of any of these GPU UUIDs still held by
-  // a process (nvidia-smi --query-compute-apps); empty on simulated nodes.
-  std::function<std::vector<std::string>(const std::vector<std::string>& uuids)> gpus_still_held;
   // The processes using the node's GPUs now (nvidia-smi --query-compute-apps, or the
-  // simulated inventory's file), to find ranks using GPUs not their own; unset: not checked.
+  // simulated inventory's file), to find ranks using GPUs not their own, and anything
+  // still holding an attempt's GPUs once its ranks are dead; unset: neither is checked.
   std::function<Result<std::vector<ComputeApp>>()> compute_apps;
   // Each GPU's utilization now, in percent by index (nvidia-smi, or the simulated
   // inventory's file): a rank whose GPUs are busy is not hung, whatever its CPU does.
@@ -104,7 +102,8 @@ class Agent {
     Duration hang_timeout{0};  // launch.hang_timeout; 0: its ranks' progress is not watched
     std::unique_ptr<KillEscalation> escalation;  // SIGTERM, then SIGKILL after the grace
     std::unique_ptr<AttemptSweep> sweep;          // looking for what is left of it (finish_kill)
-    std::vector<int> gpus;
+    // Its ranks' GPUs: nothing may hold them when the attempt is confirmed gone.
+    std::vector<std::string> gpu_uuids;
   };
   protocol::Hello hello() const;
   void on_message(protocol::CoordinatorMessage message);

@@ -62,4 +62,14 @@ std::map<int, GpuMisuse> find_gpu_misuse(const std::vector<RankOnGpus>& ranks, c
   return out;
 }
 
+std::vector<std::string> gpus_still_held(const std::vector<ComputeApp>& apps, const std::vector<std::string>& uuids) {
+  std::vector<std::string> held;
+  for (const auto& proc : apps) {
+    if (std::find(uuids.begin(), uuids.end(), proc.gpu_uuid) == uuids.end()) continue;
+    held.push_back(proc.gpu_uuid +
+                   (proc.pid ? " by pid " + std::to_string(*proc.pid) : " by a process nvidia-smi will not name"));
+  }
+  return held;
+}
+
 }  // namespace corral::agent

@@ -33,4 +33,9 @@ struct GpuMisuse {
 std::map<int, GpuMisuse> find_gpu_misuse(const std::vector<RankOnGpus>& ranks, const std::vector<ComputeApp>& apps,
                                            const std::vector<model::Gpu>& node_gpus);
 
+// What still holds any of `uuids`, from nvidia-smi's compute processes, once a job's ranks
+// are confirmed dead: "GPU-8b8c... by pid 812", or "... by a process nvidia-smi will not
+// name". Empty when the GPUs are free to serve another job.
+std::vector<std::string> gpus_still_held(const std::vector<ComputeApp>& apps, const std::vector<std::string>& uuids);
+
 }  // namespace corral::agent

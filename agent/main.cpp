@@ -134,18 +134,6 @@ int main(int argc, char** argv) {
       return agent::read_gpu_utilization(agent::system_command_runner(), c.nvidia_smi);
     };
     hooks.preflight = [c = *config](std::size_t expected) { return preflight(c, expected); };
-    hooks.gpus_still_held = [c = *config](const std::vector<std::string>& uuids) {
-      std::vector<std::string> held;
-      auto apps = agent::read_compute_apps(agent::system_command_runner(), c.nvidia_smi);
-      if (!apps) return std::vector<std::string>{"cannot check: " + apps.error().message()};
-      for (const auto& proc : *apps) {
-        if (std::find(uuids.begin(), uuids.end(), proc.gpu_uuid) != uuids.end()) {
-          held.push_back(proc.gpu_uuid + (proc.pid ? " by pid " + std::to_string(*proc.pid)
-                                                     : " by a process nvidia-smi will not name"));
-        }
-      }
-      return held;
-    };
   }
   net::EventLoop loop;
   agent::Agent agent(loop, *config, hello, hooks);

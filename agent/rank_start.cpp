@@ -86,7 +86,11 @@ StartOutcome start_ranks(const StartContext& context, const protocol::Launch& m,
     }
     // Marked before it starts: an agent SIGKILLed between the fork and the pid's marker
     // leaves a marker all the same, and the next agent looks for the attempt's processes.
-    context.spool.mark_running(m.job, m.attempt, r.rank, 0);
+    std::vector<std::string> uuids;
+    for (int g : r.gpus) {
+      if (auto u = context.gpu_uuids.find(g); u != context.gpu_uuids.end()) uuids.push_back(u->second);
+    }
+    context.spool.mark_running(m.job, m.attempt, r.rank, 0, uuids);
     auto pid = spawn(spec);
     if (!pid) {
       // A bad workdir or command fails every rank alike: report it as the launch failure.
@@ -97,7 +101,7 @@ StartOutcome start_ranks(const StartContext& context, const protocol::Launch& m,
           "cannot start as user " + (user ? user->name : m.user) + ": " + pid.error().message(), true});
       continue;
     }
-    context.spool.mark_running(m.job, m.attempt, r.rank, *pid);
+    context.spool.mark_running(m.job, m.attempt, r.rank, *pid, uuids);
     out.started.push_back(StartedRank{r.rank, *pid, spec.log_path, r.gpus});
     out.reports.emplace_back(protocol::RankStarted{m.job, m.attempt, r.rank, *pid});
   }

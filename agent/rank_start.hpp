@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct StartContext {
   std::string interface;   // holds the advertised address; "" when none does
   std::string agent_id;    // CORRAL_AGENT_ID of the ranks started here
   bool allow_root_jobs = false;
+  std::map<int, std::string> gpu_uuids;  // the node's GPUs, index -> UUID, for the markers
 };
 
 struct StartedRank {

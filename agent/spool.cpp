@@ -56,8 +56,12 @@ Result<std::string> Spool::agent_id() const {
   return id;
 }
 
-void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid) const {
-  std::ofstream(marker_path(job, attempt, rank)) << pid << " " << (pid > 0 ? process_start_time(pid) : "-") << "\n";
+void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid,
+                         const std::vector<std::string>& gpu_uuids) const {
+  std::ofstream out(marker_path(job, attempt, rank));
+  out << pid << " " << (pid > 0 ? process_start_time(pid) : "-");
+  for (const auto& uuid : gpu_uuids) out << " " << uuid;
+  out << "\n";
 }
 
 void Spool::record_exit(const protocol::RankExited& m) const {
@@ -99,7 +103,9 @@ std::vector<Spool::Leftover> Spool::leftovers() const {
   for (const auto& entry : fs::directory_iterator(root_ + "/running", ec)) {
     Leftover l;
     l.marker = entry.path().filename().string();
-    std::ifstream(entry.path()) >> l.pid >> l.start_time;
+    std::ifstream in(entry.path());
+    in >> l.pid >> l.start_time;
+    for (std::string uuid; in >> uuid;) l.gpu_uuids.push_back(uuid);
     long long job = 0;
     char rest = 0;
     l.named = std::sscanf(l.marker.c_str(), "%lld-%d-%d%c", &job, &l.attempt, &l.rank, &rest) == 3 && job > 0;

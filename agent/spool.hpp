@@ -1,7 +1,8 @@
 #pragma once
 // Spool: the agent's folder on disk, which outlives the agent process. It holds each
 // rank's log and, beside it, how the rank ended (`rank-R.log.exit`); a marker per running
-// rank (`running/JOB-ATTEMPT-RANK`: pid and start time), kept until the coordinator has
+// rank (`running/JOB-ATTEMPT-RANK`: pid, start time and the UUIDs of the rank's GPUs),
+// kept until the coordinator has
 // acknowledged the rank's end, so that the next agent process finds what this one left or
 // did not get to report; and the agent's id. Plain file operations, safe on any
 // thread; the paths are fixed at construction.
@@ -31,9 +32,11 @@ class Spool {
   // The id kept in the spool, made (and written atomically) on first use.
   Result<std::string> agent_id() const;
 
-  // A rank about to start (pid 0) or started: its marker names its pid and the pid's
-  // start time.
-  void mark_running(model::JobId job, int attempt, int rank, pid_t pid) const;
+  // A rank about to start (pid 0) or started: its marker names its pid, the pid's start
+  // time and the rank's GPUs (so that the next agent can tell whether anything still holds
+  // them before it lets them go, survey or no survey).
+  void mark_running(model::JobId job, int attempt, int rank, pid_t pid,
+                    const std::vector<std::string>& gpu_uuids = {}) const;
   static std::string marker_name(model::JobId job, int attempt, int rank);
   // Removes the marker of that name (from marker_name or a Leftover).
   void forget(const std::string& marker) const;
@@ -58,6 +61,7 @@ class Spool {
     std::string marker;   // the marker's file name
     pid_t pid = 0;
     std::string start_time;
+    std::vector<std::string> gpu_uuids;  // none in a marker written before they were kept
   };
   std::vector<Leftover> leftovers() const;
 

@@ -1,5 +1,9 @@
 #include "agent/inventory/gpu_inventory.hpp"
 
+#include <signal.h>
+
+#include <cerrno>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -157,6 +161,8 @@ Result<std::vector<ComputeApp>> read_simulated_compute_apps(const std::string& f
   if (!text) return std::unexpected(text.error());
   auto apps = parse_compute_apps(*text);
   if (!apps) return std::unexpected(apps.error().with_context(file));
+  // nvidia-smi lists live processes only: a recorded pid that has exited holds nothing.
+  std::erase_if(*apps, [](const ComputeApp& app) { return app.pid && ::kill(*app.pid, 0) != 0 && errno == ESRCH; });
   return apps;
 }
 

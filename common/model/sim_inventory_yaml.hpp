@@ -16,7 +16,8 @@
 // joins the group's GPUs all-to-all (an NVSwitch board); groups are never joined.
 // `compute_apps` names a file holding what `nvidia-smi --query-compute-apps=pid,gpu_uuid,
 // used_memory --format=csv,noheader,nounits` would print (relative to the inventory's
-// directory); the agent reads it anew each time it looks at the processes using GPUs.
+// directory); the agent reads it anew each time it looks at the processes using GPUs,
+// and, as nvidia-smi lists only live processes, leaves out the pids that have exited.
 // `utilization` likewise names what `nvidia-smi --query-gpu=index,utilization.gpu
 // --format=csv,noheader,nounits` would print, read anew each time the hang detector looks.
 

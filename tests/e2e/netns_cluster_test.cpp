@@ -485,7 +485,8 @@ TEST_F(GpuUse, ABusyGpuIsProgressAndAHangCountsFromWhenTheGpusWentIdle) {
 // A driver that does not answer: every node's compute-apps "output" is a FIFO nobody
 // writes, so each agent's GPU-misuse check (every 5 s) blocks in it. The hang detector's
 // samples must go on meanwhile: the hang, found only after that check has started,
-// still gets its event. At the end the FIFOs are answered (empty), so the agents can stop.
+// still gets its event. Then the FIFOs are answered (empty): the agents ask again once the
+// ranks are dead, whether anything still holds the job's GPUs, and the job ends.
 TEST_F(GpuUse, ADriverThatDoesNotAnswerHoldsUpNoProgressSample) {
   std::vector<std::string> fifos;
   for (int i = 1; i <= kAgents; ++i) {
@@ -496,7 +497,7 @@ TEST_F(GpuUse, ADriverThatDoesNotAnswerHoldsUpNoProgressSample) {
   }
   struct Answer {
     std::vector<std::string>& fifos;
-    ~Answer() {
+    void now() {
       // Opened for reading and writing, a FIFO lets a reader blocked in open() through;
       // the file put in its place makes later reads plain, and closing gives the EOF.
       for (const auto& f : fifos) {
@@ -504,7 +505,9 @@ TEST_F(GpuUse, ADriverThatDoesNotAnswerHoldsUpNoProgressSample) {
         (void)write_file_atomically(f, "", 0644);
         if (fd >= 0) ::close(fd);
       }
+      fifos.clear();
     }
+    ~Answer() { now(); }
   } answer{fifos};
   set_utilization(0);
   // The 8 s timeout: each agent's check (every 5 s) is blocked before any hang is due.
@@ -515,6 +518,7 @@ TEST_F(GpuUse, ADriverThatDoesNotAnswerHoldsUpNoProgressSample) {
   ASSERT_TRUE(eventually([&] { return !(hang = hang_event(id, j)).empty(); }, 20s))
       << j.dump(2);
   EXPECT_TRUE(hang.starts_with("hang: no rank has used CPU or its GPUs for 8s")) << hang;
+  answer.now();
   EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel").status, 200);
   EXPECT_EQ(wait_end(id)["state"], "CANCELLED");
 }

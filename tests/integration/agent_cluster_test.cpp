@@ -592,6 +592,43 @@ TEST_F(AgentClusterTest, AnAgentRestartedWithinNodeTimeoutEndsTheJobsOfTheRanksI
   EXPECT_TRUE(all_gone(running));
 }
 
+// An agent SIGKILLed under a running job, and a process outside the job (here a plain
+// sleep, as a CUDA context the driver has not torn down would be) still on one of the
+// job's GPUs on that node. The next agent kills the ranks it finds, learns their GPUs
+// from its predecessor's markers (its own survey may not be done), and keeps the node
+// out of service, naming the GPU and the process, instead of handing the GPU on.
+TEST_F(AgentClusterTest, AGpuStillHeldWhenARestartedAgentSweptItsPredecessorsRanksDrainsTheNode) {
+  model::JobId id = submit(two_node("[sleep, '300']"));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  Json j = job(id);
+  std::string uuid;
+  for (const auto& r : j["ranks"]) {
+    if (r["node"] == "gpu-b") uuid = r["gpu_uuids"][0];
+  }
+  ASSERT_FALSE(uuid.empty()) << j.dump(2);
+  b_->kill9();
+  testing::Child holder;
+  ASSERT_TRUE(holder.start({"sleep", "300"}));
+  std::ofstream(dir_.file("apps.csv")) << holder.pid() << ", " << uuid << ", 1024\n";
+  std::ofstream(sim_, std::ios::app) << "compute_apps: apps.csv\n";  // read by gpu-b's next start only
+  ASSERT_TRUE(b_->start());
+  const std::string expected = "GPU still in use after job " + std::to_string(id) + " was killed: " + uuid +
+                               " by pid " + std::to_string(holder.pid());
+  Json b;
+  EXPECT_TRUE(eventually(
+      [&] {
+        for (const auto& node : Json::parse(call("GET", "/v1/nodes").body)) {
+          if (node["name"] == "gpu-b") b = node;
+        }
+        return b["state"] == "drained";
+      },
+      15s))
+      << b.dump(2);
+  EXPECT_NE(b["reason"].get<std::string>().find(expected), std::string::npos) << b.dump(2);
+  Json end = wait_end(id);
+  EXPECT_TRUE(end["state"] == "FAILED" || end["state"] == "NODE_FAIL") << end.dump(2);
+}
+
 TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinatorRestarting) {
   // Maintenance: drain, stop the agent (or reboot), start it again. The node must come
   // back drained, not up, whatever the coordinator saw meanwhile.

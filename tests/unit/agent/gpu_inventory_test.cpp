@@ -10,6 +10,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/unit/agent/test_data.hpp"
@@ -280,7 +281,7 @@ TEST(GpuInventory, SimulatedUuidsDifferFromNodeToNode) {
   EXPECT_EQ(a->gpus[0].uuid, read_simulated_inventory(file, "gpu-a")->gpus[0].uuid);  // stable across restarts
 }
 
-TEST(GpuInventory, ASimulatedNodesComputeProcessesComeFromItsFileReadAnewEachTime) {
+TEST(GpuInventory, ASimulatedNodesLiveComputeProcessesComeFromItsFileReadAnewEachTime) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(::testing::TempDir()) / ("corral-sim-apps-" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -292,11 +293,20 @@ TEST(GpuInventory, ASimulatedNodesComputeProcessesComeFromItsFileReadAnewEachTim
   auto none = read_simulated_compute_apps(inventory->compute_apps_file);
   ASSERT_TRUE(none.has_value());
   EXPECT_TRUE(none->empty()) << "no file yet: no process on a GPU";
-  std::ofstream(dir / "apps.csv") << "812, " << inventory->gpus[0].uuid << ", 1024\n";
+  // A live process (this one), one that has exited (a reaped child), and one nvidia-smi
+  // will not name: the exited one is not listed, as nvidia-smi would not list it.
+  pid_t gone = ::fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  std::ofstream(dir / "apps.csv") << ::getpid() << ", " << inventory->gpus[0].uuid << ", 1024\n"
+                                  << gone << ", " << inventory->gpus[1].uuid << ", 1024\n"
+                                  << "[N/A], " << inventory->gpus[1].uuid << ", [N/A]\n";
   auto one = read_simulated_compute_apps(inventory->compute_apps_file);
   ASSERT_TRUE(one.has_value()) << one.error().message();
-  ASSERT_EQ(one->size(), 1u);
-  EXPECT_EQ((*one)[0].pid, 812);
+  ASSERT_EQ(one->size(), 2u);
+  EXPECT_EQ((*one)[0].pid, ::getpid());
+  EXPECT_FALSE((*one)[1].pid.has_value());
   std::ofstream(dir / "apps.csv") << "812, GPU-x\n";
   auto bad = read_simulated_compute_apps(inventory->compute_apps_file);
   ASSERT_FALSE(bad.has_value());

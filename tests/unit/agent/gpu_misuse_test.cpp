@@ -70,5 +70,22 @@ TEST(GpuMisuse, OneRankOnAnotherJobsGpuAndProcessesThatAreNoRanksOrUnnamed) {
             "its own (its GPUs: 1 and 2)");
 }
 
+// Once a job's ranks are dead: what still holds its GPUs, on the recording of four ranks
+// on GPUs 0-3 (pids 731204..731207), with a process nvidia-smi will not name on GPU 3.
+TEST(GpusStillHeld, NamesEachProcessOnTheJobsGpusAndNothingElse) {
+  auto apps = parse_compute_apps(read_data("dgx-a100/compute_apps.csv") +
+                                 "[Insufficient Permissions], GPU-dcb6de07-03b4-ab7e-d013-e50181d960e9, [N/A]\n");
+  ASSERT_TRUE(apps.has_value()) << apps.error().message();
+  EXPECT_TRUE(gpus_still_held(*apps, {"GPU-00000000-0000-0000-0000-000000000000"}).empty())
+      << "a GPU no process uses is free";
+  EXPECT_TRUE(gpus_still_held(*apps, {}).empty());
+  EXPECT_EQ(gpus_still_held(*apps, {"GPU-d142880e-8427-abee-c129-75fd55911ea2"}),
+            std::vector<std::string>{"GPU-d142880e-8427-abee-c129-75fd55911ea2 by pid 731205"});
+  EXPECT_EQ(gpus_still_held(*apps, {"GPU-dcb6de07-03b4-ab7e-d013-e50181d960e9", "GPU-8b8c764d-1c0a-cb3d-ea13-519a60a077bb"}),
+            (std::vector<std::string>{"GPU-8b8c764d-1c0a-cb3d-ea13-519a60a077bb by pid 731204",
+                                      "GPU-dcb6de07-03b4-ab7e-d013-e50181d960e9 by pid 731207",
+                                      "GPU-dcb6de07-03b4-ab7e-d013-e50181d960e9 by a process nvidia-smi will not name"}));
+}
+
 }  // namespace
 }  // namespace corral::agent

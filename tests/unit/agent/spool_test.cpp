@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -26,7 +27,7 @@ TEST(Spool, ARunningMarkerIsLeftForTheNextAgentWithThePidsStartTime) {
   testing::TempDir dir;
   Spool spool(dir.file("spool"));
   ASSERT_TRUE(spool.create());
-  spool.mark_running(12, 1, 3, ::getpid());
+  spool.mark_running(12, 1, 3, ::getpid(), {"GPU-aaaa", "GPU-bbbb"});
   spool.mark_running(12, 1, 4, ::getpid());
   spool.forget(Spool::marker_name(12, 1, 4));
   auto left = spool.leftovers();
@@ -37,9 +38,29 @@ TEST(Spool, ARunningMarkerIsLeftForTheNextAgentWithThePidsStartTime) {
   EXPECT_EQ(left[0].rank, 3);
   EXPECT_EQ(left[0].pid, ::getpid());
   EXPECT_FALSE(left[0].start_time.empty());
+  EXPECT_EQ(left[0].gpu_uuids, (std::vector<std::string>{"GPU-aaaa", "GPU-bbbb"}));
   EXPECT_EQ(spool.leftovers().size(), 1u) << "a marker stays until its rank's end is acknowledged";
   spool.forget(left[0].marker);
   EXPECT_TRUE(spool.leftovers().empty());
+}
+
+// A marker written before GPUs were kept in it (by an older agent) still reads, with none;
+// one written before its rank started has pid 0 and no start time.
+TEST(Spool, AMarkerWithoutGpusReadsAsOneWithNone) {
+  testing::TempDir dir;
+  Spool spool(dir.file("spool"));
+  ASSERT_TRUE(spool.create());
+  std::ofstream(dir.file("spool/running/7-0-1")) << "4242 123456\n";
+  spool.mark_running(7, 0, 2, 0, {"GPU-cccc"});
+  auto left = spool.leftovers();
+  ASSERT_EQ(left.size(), 2u);
+  std::sort(left.begin(), left.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  EXPECT_EQ(left[0].pid, 4242);
+  EXPECT_EQ(left[0].start_time, "123456");
+  EXPECT_TRUE(left[0].gpu_uuids.empty());
+  EXPECT_EQ(left[1].pid, 0);
+  EXPECT_EQ(left[1].start_time, "-");
+  EXPECT_EQ(left[1].gpu_uuids, std::vector<std::string>{"GPU-cccc"});
 }
 
 TEST(Spool, SaysHowARankEndedOrThatItsEndIsUnknown) {
