@@ -96,9 +96,11 @@ class LocalCluster:
                                     check=True, capture_output=True, text=True).stdout.split("\n")[0]
         self.ca = os.path.join(state, "ca.pem")
         cfg = os.path.join(self.dir, "coordinator.yaml")
+        # The coordinator's local socket too, for clients on this machine (env_local).
+        self.socket = os.path.join(self.dir, "coordinator.sock")
         with open(cfg, "w") as f:
-            f.write(f"listen: {self.host}:0\nstate_dir: {state}\nheartbeat_interval: 1s\nnode_timeout: 5s\n"
-                    f"reconnect_grace: 5s\nkill_grace: 2s\n{settings}")
+            f.write(f"listen: {self.host}:0\nstate_dir: {state}\nlocal_socket: {self.socket}\n"
+                    f"heartbeat_interval: 1s\nnode_timeout: 5s\nreconnect_grace: 5s\nkill_grace: 2s\n{settings}")
         port_file = os.path.join(self.dir, "port")
         self.coord_cfg = cfg
         self.coord_argv = self._on(0) + [coord, "--config", cfg, "--port-file", port_file]
@@ -226,6 +228,13 @@ class LocalCluster:
     def env(self):
         e = dict(os.environ)
         e.update(CORRAL_URL=self.url, CORRAL_TOKEN=self.token, CORRAL_CA=self.ca)
+        return e
+
+    def env_local(self):
+        """The CLI's environment for the local socket: plain HTTP, no CA."""
+        e = dict(os.environ)
+        e.pop("CORRAL_CA", None)
+        e.update(CORRAL_URL="unix:" + self.socket, CORRAL_TOKEN=self.token)
         return e
 
     def close(self):

@@ -8,8 +8,9 @@ port and spool, NodeAddr 127.0.0.1, 8 gres GPUs whose File= entries are links to
 measures both in turns, A B A B, so that both see the same noise:
 
   submit      one `corral submit -G 1 -- true` / `sbatch -G 1 --wrap true`: wall ms and
-              the CPU ms of the process (user + system)
-  rate        8 clients submitting at once: jobs/s
+              the CPU ms of the process (user + system); corral both over TLS and
+              through the coordinator's local socket (CORRAL_URL=unix:...), A B C
+  rate        8 clients submitting at once: jobs/s (corral over TLS and the local socket)
   drain       1,000 one-GPU jobs of `true` from 8 clients: first submit to queue empty
   2x2 start   submit of a 2-node x 2-GPU job to all 4 ranks started (each rank writes
               its start time; the job for Slurm is `corral export --slurm`'s script)
@@ -190,13 +191,14 @@ def main():
     res = {}  # metric -> side -> values
 
     def add(metric, side, value):
-        res.setdefault(metric, {"corral": [], "slurm": []})[side].append(value)
+        res.setdefault(metric, {"corral": [], "corral-local": [], "slurm": []})[side].append(value)
 
     loads = []
     slurm = PrivateSlurm()
     try:
         with LocalCluster(args.build, agents=4, sim="a100x8.yaml") as c:
             cenv = c.env()
+            lenv = c.env_local()
             senv = slurm.env
             corral_submit = [cli, "submit", "--parsable", "-G", "1", "--", "true"]
             sbatch = ["sbatch", "--parsable", "-G", "1", "-o", "/dev/null", "--wrap", "true"]
@@ -208,13 +210,15 @@ def main():
             work = tempfile.mkdtemp(prefix="corral-vs-slurm-out-")
             for run in range(args.runs):
                 for _ in range(args.submits if "submit" in only else 0):
-                    for side, argv, env in (("corral", corral_submit, cenv), ("slurm", sbatch, senv)):
+                    for side, argv, env in (("corral", corral_submit, cenv), ("corral-local", corral_submit, lenv),
+                                            ("slurm", sbatch, senv)):
                         wall, cpu = timed(argv, env)
                         add("submit wall ms", side, wall)
                         add("submit CPU ms", side, cpu)
                 wait_until(corral_empty)
                 wait_until(slurm.queue_empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
+                                               ("corral-local", corral_submit, lenv, corral_empty),
                                                ("slurm", sbatch, senv, slurm.queue_empty)) if "rate" in only else ():
                     took = run_from_clients(argv, env, args.rate_jobs)
                     add("8-client submits/s", side, args.rate_jobs / took)
@@ -260,14 +264,19 @@ def main():
     finally:
         slurm.close()
 
-    print(f"corral vs Slurm 22.05 on this host, {args.runs} runs, A B alternating; "
+    print(f"corral vs Slurm 22.05 on this host, {args.runs} runs, alternating; "
           f"load average {min(loads):.2f}-{max(loads):.2f}")
     print(f"{'metric':38} {'corral median (min-max)':>26} {'Slurm median (min-max)':>26} {'corral/Slurm':>13}")
     for metric, sides in res.items():
-        a, b = sides["corral"], sides["slurm"]
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"{metric:38} {ma:10.1f} ({min(a):.1f}-{max(a):.1f}){'':4} {mb:10.1f} ({min(b):.1f}-{max(b):.1f}){'':4} "
-              f"{ma / mb:8.2f}")
+        b = sides["slurm"]
+        mb = statistics.median(b)
+        for side, label in (("corral", metric), ("corral-local", metric + ", local socket")):
+            a = sides[side]
+            if not a:
+                continue
+            ma = statistics.median(a)
+            print(f"{label:38} {ma:10.1f} ({min(a):.1f}-{max(a):.1f}){'':4} {mb:10.1f} ({min(b):.1f}-{max(b):.1f}){'':4} "
+                  f"{ma / mb:8.2f}")
     rows = [("idle", mem_idle)] + ([(f"after {args.memory_jobs} jobs", mem_after)] if mem_after else [])
     for when, mem in rows:
         for daemon, a, b in (("controller", "corral", "slurm"), ("node daemon", "corral_agent", "slurm_node")):

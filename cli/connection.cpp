@@ -88,7 +88,8 @@ Result<ConnectionSettings> load_connection_settings(const std::optional<std::str
   std::vector<std::string> missing;
   if (s.url.empty()) missing.push_back("url (CORRAL_URL)");
   if (s.token.empty()) missing.push_back("token (CORRAL_TOKEN)");
-  if (s.ca.empty()) missing.push_back("ca (CORRAL_CA)");
+  // The local socket (unix:/PATH) is plain HTTP: no certificate to verify.
+  if (s.ca.empty() && !s.url.starts_with("unix:")) missing.push_back("ca (CORRAL_CA)");
   if (!missing.empty()) {
     std::string message = "not configured: missing";
     for (std::size_t i = 0; i < missing.size(); ++i) message += (i == 0 ? " " : ", ") + missing[i];

@@ -120,6 +120,7 @@ int run(const std::string& config_path, const std::string& port_file) {
   net::ServerOptions opts;
   opts.host = config->listen_host;
   opts.port = config->listen_port;
+  opts.local_socket = config->local_socket;
   opts.tls = {config->state_dir + "/ca.pem", config->state_dir + "/server.pem", config->state_dir + "/server.key"};
   opts.max_body_bytes = config->max_request_bytes;
   opts.max_connections = config->max_connections;
@@ -133,8 +134,8 @@ int run(const std::string& config_path, const std::string& port_file) {
       return fail("--port-file: " + w.error().message(), 2);
     }
   }
-  spdlog::info("corral-coordinator listening on {}:{} (database {})", config->listen_host, (*server)->port(),
-               config->database_path());
+  spdlog::info("corral-coordinator listening on {}:{}{} (database {})", config->listen_host, (*server)->port(),
+               config->local_socket.empty() ? "" : " and " + config->local_socket, config->database_path());
   loop.on_shutdown_signal([&](int sig) {
     spdlog::info("signal {}: shutting down", sig);
     (*server)->stop();

@@ -15,10 +15,16 @@ namespace {
 
 constexpr std::size_t kMaxValueBytes = 4096;
 
-// "https://HOST:PORT" with an optional trailing slash: what common/net's client accepts.
-// Checked here too so that a typo is reported with its line, not at connect time.
+// "https://HOST:PORT" with an optional trailing slash, or "unix:/PATH" (the coordinator's
+// local socket, also written unix:///PATH): what common/net's client accepts. Checked
+// here too so that a typo is reported with its line, not at connect time.
 std::string check_url(const std::string& v) {
-  const std::string bad = "must be https://HOST:PORT, got " + quote_for_message(v);
+  const std::string bad = "must be https://HOST:PORT or unix:/PATH, got " + quote_for_message(v);
+  if (v.starts_with("unix:")) {
+    std::string_view path = std::string_view(v).substr(5);
+    if (path.starts_with("//")) path.remove_prefix(2);
+    return path.starts_with('/') ? "" : bad;
+  }
   constexpr std::string_view kScheme = "https://";
   if (!v.starts_with(kScheme)) return bad;
   std::string_view rest = std::string_view(v).substr(kScheme.size());

@@ -16,6 +16,9 @@ struct CoordinatorConfig {
   int listen_port = 7433;                      // 0: any free port
   std::string state_dir = "/var/lib/corral";   // CA, server certificate, database
   std::string database;                        // default: state_dir/corral.db
+  // A Unix socket for clients on the coordinator's machine (plain HTTP, tokens as over
+  // TLS); empty: none.
+  std::string local_socket;
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration node_timeout = std::chrono::seconds(5);
   Duration reconnect_grace = std::chrono::seconds(30);

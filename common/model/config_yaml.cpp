@@ -61,6 +61,7 @@ Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::s
   f.key("listen", [&c](const std::string& v) { return parse_listen(v, c.listen_host, c.listen_port); });
   f.key("state_dir", string_into(c.state_dir));
   f.key("database", string_into(c.database));
+  f.key("local_socket", string_into(c.local_socket));
   f.key("heartbeat_interval", duration_into(c.heartbeat_interval));
   f.key("node_timeout", duration_into(c.node_timeout));
   f.key("reconnect_grace", duration_into(c.reconnect_grace));
@@ -119,6 +120,7 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   c->state_dir = resolve(dir, c->state_dir);
   c->database = resolve(dir, c->database);
+  c->local_socket = resolve(dir, c->local_socket);
   return c;
 }
 

@@ -3,6 +3,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -18,14 +19,23 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
 
 struct HttpClient::Impl {
   asio::io_context io{1};
   std::shared_ptr<ssl::context> tls;
   Url url;
+  std::string socket_path;  // a unix: URL's: plain HTTP there, no TLS
   Duration timeout;
   std::optional<beast::ssl_stream<beast::tcp_stream>> stream;
+  std::optional<beast::basic_stream<local>> local_stream;
   beast::flat_buffer buffer;
+
+  bool connected() const { return stream.has_value() || local_stream.has_value(); }
+  void disconnect() {
+    stream.reset();
+    local_stream.reset();
+  }
 
   // Runs the io_context until the operation finished; the stream's expiry bounds it.
   void run() {
@@ -34,8 +44,9 @@ struct HttpClient::Impl {
   }
 
   Result<void> connect() {
-    stream.reset();
+    disconnect();
     buffer.clear();
+    if (!socket_path.empty()) return connect_local();
     stream.emplace(io, *tls);
     if (!set_sni(stream->native_handle(), url.host)) {
       return make_error(ErrorCode::Internal, "cannot set TLS server name");
@@ -62,10 +73,30 @@ struct HttpClient::Impl {
     return {};
   }
 
-  Result<HttpResponse> exchange(http::request<http::string_body>& req, bool& retryable) {
+  Result<void> connect_local() {
+    local_stream.emplace(io);
     boost::system::error_code ec;
-    beast::get_lowest_layer(*stream).expires_after(timeout);
-    http::async_write(*stream, req, [&ec](beast::error_code e, std::size_t) { ec = e; });
+    local_stream->expires_after(timeout);
+    local_stream->async_connect(local::endpoint(socket_path), [&ec](beast::error_code e) { ec = e; });
+    run();
+    if (ec) {
+      local_stream.reset();
+      return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
+                        "cannot connect to the local socket " + socket_path + ": " + ec.message());
+    }
+    return {};
+  }
+
+  Result<HttpResponse> exchange(http::request<http::string_body>& req, bool& retryable) {
+    if (local_stream) return exchange_on(*local_stream, req, retryable);
+    return exchange_on(*stream, req, retryable);
+  }
+
+  template <class Stream>
+  Result<HttpResponse> exchange_on(Stream& on, http::request<http::string_body>& req, bool& retryable) {
+    boost::system::error_code ec;
+    beast::get_lowest_layer(on).expires_after(timeout);
+    http::async_write(on, req, [&ec](beast::error_code e, std::size_t) { ec = e; });
     run();
     if (ec) {
       retryable = true;
@@ -74,7 +105,7 @@ struct HttpClient::Impl {
     http::response_parser<http::string_body> parser;
     parser.body_limit(256 * 1024 * 1024);
     std::size_t got = 0;
-    http::async_read(*stream, buffer, parser, [&ec, &got](beast::error_code e, std::size_t n) {
+    http::async_read(on, buffer, parser, [&ec, &got](beast::error_code e, std::size_t n) {
       ec = e;
       got = n;
     });
@@ -91,7 +122,7 @@ struct HttpClient::Impl {
     out.content_type = std::string(res[http::field::content_type]);
     out.body = std::move(res.body());
     for (const auto& field : res) out.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    if (!res.keep_alive()) stream.reset();
+    if (!res.keep_alive()) disconnect();
     return out;
   }
 };
@@ -100,8 +131,17 @@ HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() = default;
 
 Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, ClientTls tls, Duration timeout) {
+  if (auto path = parse_unix_url(url)) {
+    auto impl = std::make_unique<Impl>();
+    impl->url = Url{"localhost", 0};
+    impl->socket_path = *path;
+    impl->timeout = timeout;
+    return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
+  }
   auto parsed = parse_https_url(url);
-  if (!parsed) return make_error(ErrorCode::InvalidArgument, "not an https://host:port URL: " + url);
+  if (!parsed) {
+    return make_error(ErrorCode::InvalidArgument, "not an https://host:port or unix:/path URL: " + url);
+  }
   auto ctx = make_client_tls(tls.ca, tls.cert, tls.key);
   if (!ctx) return std::unexpected(ctx.error());
   auto impl = std::make_unique<Impl>();
@@ -115,7 +155,8 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
                                          const std::string& body,
                                          const std::vector<std::pair<std::string, std::string>>& headers) {
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-  req.set(http::field::host, impl_->url.host + ":" + std::to_string(impl_->url.port));
+  req.set(http::field::host, impl_->socket_path.empty() ? impl_->url.host + ":" + std::to_string(impl_->url.port)
+                                                       : std::string("localhost"));
   req.set(http::field::user_agent, "corral");
   for (const auto& [name, value] : headers) req.set(name, value);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
@@ -123,14 +164,14 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
   req.keep_alive(true);
   req.prepare_payload();
   for (int attempt = 0; attempt < 2; ++attempt) {
-    bool reused = impl_->stream.has_value();
+    bool reused = impl_->connected();
     if (!reused) {
       if (auto c = impl_->connect(); !c) return std::unexpected(c.error());
     }
     bool retryable = false;
     auto res = impl_->exchange(req, retryable);
     if (res) return res;
-    impl_->stream.reset();
+    impl_->disconnect();
     if (!(reused && retryable)) return res;
   }
   return make_error(ErrorCode::Unavailable, "request failed");

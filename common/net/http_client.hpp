@@ -1,6 +1,7 @@
 #pragma once
 // HttpClient: a blocking HTTPS client on one keep-alive connection, for the CLI and
-// benchmarks. Not thread-safe; one per thread. Owns its own I/O context.
+// benchmarks; or plain HTTP on the coordinator's local socket (a unix: URL), which needs
+// no TLS at all. Not thread-safe; one per thread. Owns its own I/O context.
 
 #include <memory>
 #include <string>
@@ -21,7 +22,8 @@ struct ClientTls {
 
 class HttpClient {
  public:
-  // Unavailable when the URL is not https://host:port.
+  // InvalidArgument when the URL is neither https://host:port nor unix:/path; `tls` is
+  // not used (nor read) for a unix: URL.
   static Result<std::unique_ptr<HttpClient>> create(const std::string& url, ClientTls tls,
                                                     Duration timeout = std::chrono::seconds(30));
   ~HttpClient();

@@ -71,6 +71,15 @@ std::string percent_encode(const std::string& text) {
 
 namespace corral::net {
 
+std::optional<std::string> parse_unix_url(const std::string& url) {
+  constexpr std::string_view kScheme = "unix:";
+  if (url.rfind(kScheme, 0) != 0) return std::nullopt;
+  std::string path = url.substr(kScheme.size());
+  if (path.rfind("//", 0) == 0) path.erase(0, 2);  // unix:///run/x.sock, as Docker writes it
+  if (path.empty() || path.front() != '/') return std::nullopt;
+  return path;
+}
+
 std::optional<Url> parse_https_url(const std::string& url) {
   constexpr std::string_view kScheme = "https://";
   if (url.rfind(kScheme, 0) != 0) return std::nullopt;

@@ -71,5 +71,8 @@ struct Url {
 };
 // "https://host:port" (a trailing slash is allowed). Only https.
 std::optional<Url> parse_https_url(const std::string& url);
+// "unix:/path" or "unix:///path": the coordinator's local socket, as its path; nullopt for
+// any other URL (or a path that is not absolute).
+std::optional<std::string> parse_unix_url(const std::string& url);
 
 }  // namespace corral::net

@@ -3,9 +3,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -14,8 +18,12 @@
 #include <boost/beast/websocket/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <filesystem>
 #include <list>
+#include <cerrno>
+#include <cstring>
 #include <set>
+#include <type_traits>
 #include <unordered_map>
 
 #include "common/net/asio_access.hpp"
@@ -30,7 +38,15 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+// A connection on the local socket: plain HTTP, the kernel's file permissions and the
+// token standing in for TLS.
+using LocalStream = beast::basic_stream<local>;
+template <class Stream>
+constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+// What a local connection counts as, in place of a client address.
+constexpr const char* kLocalAddress = "local";
 
 // Anything the server must be able to close at stop().
 struct Closable {
@@ -50,13 +66,20 @@ struct Slot : Closable {
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io_context, ServerOptions opts, ServerHandler& h)
-      : io(io_context), acceptor(io_context), accept_retry(io_context), options(std::move(opts)), handler(h) {}
+      : io(io_context), acceptor(io_context), local_acceptor(io_context), accept_retry(io_context),
+        local_accept_retry(io_context), options(std::move(opts)), handler(h) {}
 
-  void accept();
+  // Accepts on `on` for ever (until stop): a session per connection, made by `make`.
+  template <class Acceptor, class Make>
+  void accept(Acceptor& on, asio::steady_timer& retry, Make make);
+  void accept_tls();
+  void accept_local();
 
   asio::io_context& io;
   tcp::acceptor acceptor;
+  local::acceptor local_acceptor;
   asio::steady_timer accept_retry;
+  asio::steady_timer local_accept_retry;
   std::shared_ptr<ssl::context> tls;
   ServerOptions options;
   ServerHandler& handler;
@@ -148,6 +171,9 @@ std::string address_text(const tcp::socket& socket) {
   auto ep = socket.remote_endpoint(ec);
   return ec ? std::string("unknown") : ep.address().to_string();
 }
+
+std::string endpoint_text(const local::socket&) { return kLocalAddress; }
+std::string address_text(const local::socket&) { return kLocalAddress; }
 
 std::string json_error(const std::string& message) {
   std::string escaped;
@@ -274,17 +300,24 @@ class WsSession final : public WsConnection, public Closable, public std::enable
 // A response whose body is written as events happen (text/event-stream). The connection
 // carries nothing else: no length, `Connection: close`, and whatever the client sends is
 // taken as its leaving. A write must finish within io_timeout.
-class StreamSession final : public EventStream, public Closable, public std::enable_shared_from_this<StreamSession> {
+template <class Stream>
+class StreamSession final : public EventStream,
+                            public Closable,
+                            public std::enable_shared_from_this<StreamSession<Stream>> {
  public:
-  StreamSession(std::shared_ptr<Server::Impl> server, TlsStream&& stream, std::string address)
+  StreamSession(std::shared_ptr<Server::Impl> server, Stream&& stream, std::string address)
       : server_(std::move(server)), stream_(std::move(stream)), address_(std::move(address)) {
     ++server_->live;
     ++server_->streams_live;
     ++server_->streams_per_address[address_];
     // A peer that vanished without a word: the pings it does not acknowledge end the
     // connection after io_timeout, not after TCP's retransmissions give up (~15 min).
-    unsigned ms = static_cast<unsigned>(std::chrono::duration_cast<std::chrono::milliseconds>(server_->options.io_timeout).count());
-    ::setsockopt(beast::get_lowest_layer(stream_).socket().native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+    if constexpr (kTls<Stream>) {
+      unsigned ms = static_cast<unsigned>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(server_->options.io_timeout).count());
+      ::setsockopt(beast::get_lowest_layer(stream_).socket().native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms,
+                   sizeof(ms));
+    }
   }
   ~StreamSession() override { uncount(); }
 
@@ -301,7 +334,7 @@ class StreamSession final : public EventStream, public Closable, public std::ena
     beast::get_lowest_layer(stream_).expires_never();
     watch();
     send(std::move(head) + res.body);
-    opened(shared_from_this());
+    opened(this->shared_from_this());
   }
 
   void send(std::string text) override {
@@ -331,13 +364,13 @@ class StreamSession final : public EventStream, public Closable, public std::ena
   // The client says nothing on an event stream; a read that ends, in data, EOF or an
   // error, means it left.
   void watch() {
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     stream_.async_read_some(asio::buffer(scratch_), [self](beast::error_code, std::size_t) { self->force_close(); });
   }
 
   void write() {
     beast::get_lowest_layer(stream_).expires_after(server_->options.io_timeout);
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     asio::async_write(stream_, asio::buffer(queue_.front()), [self](beast::error_code ec, std::size_t) {
       if (ec || !self->open_) return self->force_close();
       self->queued_bytes_ -= self->queue_.front().size();
@@ -357,7 +390,7 @@ class StreamSession final : public EventStream, public Closable, public std::ena
   }
 
   std::shared_ptr<Server::Impl> server_;
-  TlsStream stream_;
+  Stream stream_;
   std::string address_;
   bool counted_ = true;
   std::array<char, 256> scratch_{};
@@ -370,12 +403,20 @@ class StreamSession final : public EventStream, public Closable, public std::ena
 
 // ---------------------------------------------------------------- HTTP
 
-class Session : public Slot, public std::enable_shared_from_this<Session> {
+// One client connection: TLS over TCP (Stream = TlsStream), or plain HTTP on the local
+// socket (LocalStream), which carries no WebSocket.
+template <class Stream>
+class Session : public Slot, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
-      : server_(std::move(server)), remote_(endpoint_text(socket)), tcp_(std::move(socket)),
-        first_byte_(server_->io) {
-    address = address_text(tcp_.socket());
+  template <class Socket>
+  Session(std::shared_ptr<Server::Impl> server, Socket&& socket)
+      : server_(std::move(server)), remote_(endpoint_text(socket)), first_byte_(server_->io) {
+    address = address_text(socket);
+    if constexpr (kTls<Stream>) {
+      tcp_.emplace(std::move(socket));
+    } else {
+      stream_.emplace(std::move(socket));
+    }
     ++server_->live;
     server_->count(*this);
   }
@@ -387,24 +428,29 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
   // The TLS stream (about 70 KiB of buffers in Asio's engine) is made once the client
   // sends its first byte: a connection that says nothing costs a socket and little more.
   void run() {
-    auto self = shared_from_this();
-    server_->start_waiting(self);
-    const auto deadline = std::chrono::steady_clock::now() + server_->options.handshake_timeout;
-    first_byte_.expires_at(deadline);
-    first_byte_.async_wait([weak = weak_from_this()](beast::error_code ec) {
-      if (auto s = weak.lock(); s && !ec) s->force_close();
-    });
-    tcp_.socket().async_wait(tcp::socket::wait_read, [self, deadline](beast::error_code ec) {
-      self->first_byte_.cancel();
-      if (ec || !self->tcp_.socket().is_open()) return;
-      self->stream_.emplace(std::move(self->tcp_), *self->server_->tls);
-      beast::get_lowest_layer(*self->stream_).expires_at(deadline);
-      self->stream_->async_handshake(ssl::stream_base::server, [self](beast::error_code ec2) {
-        if (ec2) return;  // a failed handshake (wrong CA, not TLS) just drops the connection
-        self->peer_cn_ = verified_peer_cn(self->stream_->native_handle());
-        self->read();
+    auto self = this->shared_from_this();
+    if constexpr (!kTls<Stream>) {
+      read();
+    } else {
+      server_->start_waiting(self);
+      const auto deadline = std::chrono::steady_clock::now() + server_->options.handshake_timeout;
+      first_byte_.expires_at(deadline);
+      first_byte_.async_wait([weak = this->weak_from_this()](beast::error_code ec) {
+        if (auto s = weak.lock(); s && !ec) s->force_close();
       });
-    });
+      tcp_->socket().async_wait(tcp::socket::wait_read, [self, deadline](beast::error_code ec) {
+        self->first_byte_.cancel();
+        if (ec || !self->tcp_->socket().is_open()) return;
+        self->stream_.emplace(std::move(*self->tcp_), *self->server_->tls);
+        self->tcp_.reset();
+        beast::get_lowest_layer(*self->stream_).expires_at(deadline);
+        self->stream_->async_handshake(ssl::stream_base::server, [self](beast::error_code ec2) {
+          if (ec2) return;  // a failed handshake (wrong CA, not TLS) just drops the connection
+          self->peer_cn_ = verified_peer_cn(self->stream_->native_handle());
+          self->read();
+        });
+      });
+    }
   }
 
   void force_close() override {
@@ -412,8 +458,8 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
     first_byte_.cancel();
     if (stream_) {
       beast::get_lowest_layer(*stream_).socket().close(ec);
-    } else {
-      tcp_.socket().close(ec);
+    } else if (tcp_) {
+      tcp_->socket().close(ec);
     }
   }
 
@@ -427,7 +473,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
     beast::get_lowest_layer(*stream_).expires_after(first_request_ ? server_->options.header_timeout
                                                                   : server_->options.idle_timeout);
     first_request_ = false;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     server_->start_waiting(self);
     http::async_read_header(*stream_, buffer_, *parser_, [self](beast::error_code ec, std::size_t) {
       if (ec) return self->read_failed(ec);
@@ -467,35 +513,45 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
       return write({400, "application/json", json_error("bad request target"), {}}, version);
     }
     if (websocket::is_upgrade(req)) {
-      if (request.path != server_->options.ws_path) {
+      if constexpr (!kTls<Stream>) {
         keep_alive_ = false;
-        return write({404, "application/json", json_error("no WebSocket endpoint at " + request.path), {}}, version);
+        return write({400, "application/json", json_error("agents connect over TLS, not the local socket"), {}},
+                     version);
+      } else {
+        return upgrade(std::move(req), request, version);
       }
-      auto ok = server_->handler.accept_ws(request);
-      if (!ok) {
-        int status = ok.error().code() == ErrorCode::Unauthenticated ? 401 : 403;
-        keep_alive_ = false;
-        return write({status, "application/json", json_error(ok.error().message()), {}}, version);
-      }
-      if (server_->agents_live >= server_->options.max_agent_connections) {
-        keep_alive_ = false;
-        return write({503, "application/json", json_error("too many agent connections"), {}}, version);
-      }
-      // An agent's link now: counted apart from clients' connections.
-      server_->release(*this);
-      auto ws = std::make_shared<WsSession>(server_, std::move(*stream_), peer_cn_, remote_);
-      stream_.reset();  // moved from: nothing of this session may touch it again
-      server_->track(ws);
-      ws->run(std::move(req));
-      return;
     }
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     auto responded = std::make_shared<bool>(false);
     server_->handler.on_http(request, [self, responded, version](HttpResponse res) {
       if (*responded) return;
       *responded = true;
       self->write(std::move(res), version);
     });
+  }
+
+  // An agent's WebSocket, on the path for it, once the handler accepts it.
+  void upgrade(http::request<http::string_body> req, const HttpRequest& request, unsigned version) {
+    if (request.path != server_->options.ws_path) {
+      keep_alive_ = false;
+      return write({404, "application/json", json_error("no WebSocket endpoint at " + request.path), {}}, version);
+    }
+    auto ok = server_->handler.accept_ws(request);
+    if (!ok) {
+      int status = ok.error().code() == ErrorCode::Unauthenticated ? 401 : 403;
+      keep_alive_ = false;
+      return write({status, "application/json", json_error(ok.error().message()), {}}, version);
+    }
+    if (server_->agents_live >= server_->options.max_agent_connections) {
+      keep_alive_ = false;
+      return write({503, "application/json", json_error("too many agent connections"), {}}, version);
+    }
+    // An agent's link now: counted apart from clients' connections.
+    server_->release(*this);
+    auto ws = std::make_shared<WsSession>(server_, std::move(*stream_), peer_cn_, remote_);
+    stream_.reset();  // moved from: nothing of this session may touch it again
+    server_->track(ws);
+    ws->run(std::move(req));
   }
 
   void write(HttpResponse res, unsigned version) {
@@ -510,7 +566,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
     msg->keep_alive(keep_alive_);
     msg->prepare_payload();
     beast::get_lowest_layer(*stream_).expires_after(server_->options.io_timeout);
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     http::async_write(*stream_, *msg, [self, msg](beast::error_code ec, std::size_t) {
       if (ec) return;
       if (self->drain_after_write_) return self->drain(0);
@@ -528,7 +584,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
       return write({503, "application/json", json_error("too many event streams"), {}}, version);
     }
     server_->release(*this);
-    auto stream = std::make_shared<StreamSession>(server_, std::move(*stream_), address);
+    auto stream = std::make_shared<StreamSession<Stream>>(server_, std::move(*stream_), address);
     stream_.reset();  // moved from: nothing of this session may touch it again
     server_->track(stream);
     stream->run(res, version, res.stream);
@@ -542,7 +598,7 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
     constexpr std::size_t kMaxDrain = 64 * 1024 * 1024;
     constexpr auto kDrainFor = std::chrono::seconds(2);
     if (drained == 0) beast::get_lowest_layer(*stream_).expires_after(kDrainFor);
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     auto scratch = std::make_shared<std::array<char, 16384>>();
     stream_->async_read_some(asio::buffer(*scratch), [self, scratch, drained](beast::error_code ec, std::size_t n) {
       if (ec || drained + n > kMaxDrain) return self->shutdown();
@@ -551,16 +607,21 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
   }
 
   void shutdown() {
-    beast::get_lowest_layer(*stream_).expires_after(std::chrono::seconds(5));
-    auto self = shared_from_this();
-    stream_->async_shutdown([self](beast::error_code) {});
+    if constexpr (kTls<Stream>) {
+      beast::get_lowest_layer(*stream_).expires_after(std::chrono::seconds(5));
+      auto self = this->shared_from_this();
+      stream_->async_shutdown([self](beast::error_code) {});
+    } else {
+      boost::system::error_code ec;
+      stream_->socket().shutdown(local::socket::shutdown_send, ec);
+    }
   }
 
   std::shared_ptr<Server::Impl> server_;
   std::string remote_;
-  beast::tcp_stream tcp_;            // until the first byte
+  std::optional<beast::tcp_stream> tcp_;  // TLS: until the first byte
   asio::steady_timer first_byte_;
-  std::optional<TlsStream> stream_;  // from the first byte on
+  std::optional<Stream> stream_;          // TLS: from the first byte on
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_cn_;
@@ -569,17 +630,18 @@ class Session : public Slot, public std::enable_shared_from_this<Session> {
   bool drain_after_write_ = false;
 };
 
-void Server::Impl::accept() {
+template <class Acceptor, class Make>
+void Server::Impl::accept(Acceptor& on, asio::steady_timer& retry, Make make) {
   auto self = shared_from_this();
-  acceptor.async_accept([self](beast::error_code ec, tcp::socket socket) {
+  on.async_accept([self, &on, &retry, make](beast::error_code ec, typename Acceptor::protocol_type::socket socket) {
     if (self->stopped || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS): free one if a connection
       // waits, and try again shortly. The listener never stops accepting.
       self->evict_one(nullptr);
-      self->accept_retry.expires_after(std::chrono::milliseconds(50));
-      self->accept_retry.async_wait([self](beast::error_code wait_ec) {
-        if (!wait_ec && !self->stopped) self->accept();
+      retry.expires_after(std::chrono::milliseconds(50));
+      retry.async_wait([self, &on, &retry, make](beast::error_code wait_ec) {
+        if (!wait_ec && !self->stopped) self->accept(on, retry, make);
       });
       return;
     }
@@ -588,17 +650,67 @@ void Server::Impl::accept() {
       socket.close(ignored);  // every connection is being answered: refuse rather than grow
       ++self->refused;
     } else {
-      // Small messages (an Ack, then a Prepare) go out at once: with Nagle's algorithm the
-      // second waits for the peer's delayed ACK, tens of milliseconds.
-      boost::system::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      auto session = std::make_shared<Session>(self, std::move(socket));
-      self->track(session);
-      session->run();
+      make(self, std::move(socket));
     }
-    self->accept();
+    self->accept(on, retry, make);
   });
 }
+
+void Server::Impl::accept_tls() {
+  accept(acceptor, accept_retry, [](const std::shared_ptr<Impl>& self, tcp::socket socket) {
+    // Small messages (an Ack, then a Prepare) go out at once: with Nagle's algorithm the
+    // second waits for the peer's delayed ACK, tens of milliseconds.
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto session = std::make_shared<Session<TlsStream>>(self, std::move(socket));
+    self->track(session);
+    session->run();
+  });
+}
+
+void Server::Impl::accept_local() {
+  accept(local_acceptor, local_accept_retry, [](const std::shared_ptr<Impl>& self, local::socket socket) {
+    auto session = std::make_shared<Session<LocalStream>>(self, std::move(socket));
+    self->track(session);
+    session->run();
+  });
+}
+
+namespace {
+
+// Binds the local socket at `path`: a socket file left by a coordinator that is gone is
+// replaced; one another process still answers on, or a file that is no socket, is not.
+Result<void> listen_local(local::acceptor& acceptor, const std::string& path) {
+  const auto fail = [&](const std::string& why) {
+    return make_error(ErrorCode::Unavailable, "cannot listen on the local socket " + path + ": " + why);
+  };
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) return fail("the path is too long for a socket");
+  // Its folder, as /run/corral after a reboot, is made (0755) when missing.
+  std::error_code made;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), made);
+  if (made) return fail(made.message());
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return fail("a file that is not a socket is in the way");
+    local::socket probe(acceptor.get_executor());
+    boost::system::error_code ec;
+    probe.connect(local::endpoint(path), ec);
+    if (!ec) return fail("another process is listening on it");
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return fail(std::strerror(errno));
+  }
+  boost::system::error_code ec;
+  acceptor.open(local(), ec);
+  if (!ec) acceptor.bind(local::endpoint(path), ec);
+  if (ec) return fail(ec.message());
+  // Anyone on the machine may connect, as anyone may reach the TCP port: each request
+  // still needs a token.
+  if (::chmod(path.c_str(), 0666) != 0) return fail(std::strerror(errno));
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail(ec.message());
+  return {};
+}
+
+}  // namespace
 
 Server::Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { stop(); }
@@ -620,7 +732,11 @@ Result<std::unique_ptr<Server>> Server::start(EventLoop& loop, ServerOptions opt
     return make_error(ErrorCode::Unavailable, "cannot listen on " + impl->options.host + ":" +
                                                   std::to_string(impl->options.port) + ": " + ec.message());
   }
-  impl->accept();
+  if (!impl->options.local_socket.empty()) {
+    if (auto r = listen_local(impl->local_acceptor, impl->options.local_socket); !r) return std::unexpected(r.error());
+  }
+  impl->accept_tls();
+  if (impl->local_acceptor.is_open()) impl->accept_local();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -640,6 +756,11 @@ void Server::stop() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_retry.cancel();
+  if (impl_->local_acceptor.is_open()) {
+    impl_->local_acceptor.close(ec);
+    ::unlink(impl_->options.local_socket.c_str());
+  }
+  impl_->local_accept_retry.cancel();
   for (const auto& weak : impl_->sessions) {
     if (auto s = weak.lock()) s->force_close();
   }

@@ -1,5 +1,6 @@
 #pragma once
-// Server: one TLS listener speaking HTTP/1.1 and, on one path, WebSocket. Beast's
+// Server: one TLS listener speaking HTTP/1.1 and, on one path, WebSocket; optionally a
+// local Unix socket speaking the same HTTP without TLS. Beast's
 // advanced-server shape: a listener, one session per connection, a deadline on every
 // handshake, read and write, one write in flight with a bounded queue. Everything runs
 // on the EventLoop's thread; handlers are called there and must not block for long.
@@ -52,6 +53,9 @@ struct ServerOptions {
   int port = 0;                                      // 0: any free port
   TlsFiles tls;
   std::string ws_path = "/v1/agent";
+  // Also listen here, a Unix socket, for clients on this machine: plain HTTP (no
+  // WebSocket), mode 0666, each request still needing its token. Empty: TCP only.
+  std::string local_socket;
   std::size_t max_header_bytes = 16 * 1024;
   std::size_t max_body_bytes = 1024 * 1024;
   std::size_t max_ws_message_bytes = 4 * 1024 * 1024;

@@ -75,7 +75,9 @@ class CliClusterTest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::string sim_ = dir_.file("sim.yaml");
-  CoordinatorProcess coord_{dir_, "", current_user()};
+  // Every coordinator here also listens on a local socket, which one test uses alone.
+  std::string socket_ = dir_.file("run/coordinator.sock");
+  CoordinatorProcess coord_{dir_, "local_socket: " + socket_ + "\n", current_user()};
   std::unique_ptr<AgentProcess> a_;
   std::unique_ptr<AgentProcess> b_;
 };
@@ -99,6 +101,44 @@ TEST_F(CliClusterTest, RunStreamsEveryRanksLinesLabelledAndExitsWithTheJobsCode)
   o = corral({"run", "-N", "2", "--gpus-per-node", "1", "--rank", "1", "--", "sh", "-c", "echo $RANK"});
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(o.out, "1\n");
+}
+
+// `corral` on the coordinator's machine through its local socket: no CA, no TLS, the
+// token still required; run, submit, wait, show, queue and nodes as over TLS.
+TEST_F(CliClusterTest, EveryCommandWorksThroughTheLocalSocketWithItsToken) {
+  const std::vector<std::string> local = {"HOME=" + dir_.path().string(), "XDG_CONFIG_HOME=" + dir_.file("xdg"),
+                                          "CORRAL_URL=unix:" + socket_, "CORRAL_TOKEN=" + coord_.token()};
+  auto corral_local = [&](std::vector<std::string> args, std::vector<std::string> env) {
+    args.insert(args.begin(), CORRAL_CLI_BIN);
+    return testing::run_to_end(args, env);
+  };
+  // Not a CA in sight: CORRAL_CA unset and no config file.
+  auto o = corral_local({"run", "-N", "2", "--gpus-per-node", "1", "--label", "--", "sh", "-c", "echo rank $RANK"},
+                        local);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("0: rank 0\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("1: rank 1\n"), std::string::npos) << o.out;
+  o = corral_local({"submit", "--parsable", "--gpus", "1", "--", "sh", "-c", "exit 0"}, local);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::string id = o.out.substr(0, o.out.find('\n'));
+  o = corral_local({"wait", id, "--timeout", "30", "--json"}, local);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(Json::parse(o.out)["state"], "COMPLETED") << o.out;
+  // The same job, seen over TLS.
+  EXPECT_EQ(job(std::stoll(id))["state"], "COMPLETED");
+  o = corral_local({"nodes", "--json"}, local);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(Json::parse(o.out).size(), 2u) << o.out;
+  o = corral_local({"queue", "--all", "--json"}, local);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  // A wrong token is refused there as over TLS, and changes nothing.
+  auto wrong = local;
+  wrong.back() = "CORRAL_TOKEN=not-a-token";
+  o = corral_local({"submit", "--gpus", "1", "--", "true"}, wrong);
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_TRUE(o.err.starts_with("corral: not authenticated: ")) << o.err;
+  EXPECT_EQ(Json::parse(corral({"queue", "--all", "--json"}).out).size(),
+            Json::parse(corral_local({"queue", "--all", "--json"}, local).out).size());
 }
 
 TEST_F(CliClusterTest, RunOfASpecFileTakesTheFlagsOverTheSpec) {

@@ -26,7 +26,7 @@ TEST(ClientConfig, ListsEveryProblemWithItsPosition) {
   ASSERT_FALSE(c.has_value());
   EXPECT_EQ(c.error().code(), ErrorCode::InvalidArgument);
   EXPECT_EQ(c.error().message(),
-            "config.yaml:1:6: url: must be https://HOST:PORT, got \"http://coord:7433\"\n"
+            "config.yaml:1:6: url: must be https://HOST:PORT or unix:/PATH, got \"http://coord:7433\"\n"
             "config.yaml:2:1: \"tokn\": unknown setting; did you mean \"token\"?\n"
             "config.yaml:3:1: ca: must not be empty\n"
             "config.yaml:4:1: url: set twice");
@@ -44,6 +44,19 @@ TEST(ClientConfig, AUrlWithoutAPortIsRefused) {
     EXPECT_FALSE(c.has_value()) << url;
   }
   EXPECT_TRUE(parse_client_config("url: https://coord:7433/\n", "c.yaml").has_value());
+}
+
+TEST(ClientConfig, TheLocalSocketIsAnAbsolutePath) {
+  for (std::string_view url : {"unix:/run/corral/coordinator.sock", "unix:///run/corral/coordinator.sock"}) {
+    auto c = parse_client_config("url: \"" + std::string(url) + "\"\n", "c.yaml");
+    ASSERT_TRUE(c.has_value()) << url << ": " << c.error().message();
+    EXPECT_EQ(c->url, url);
+  }
+  for (std::string_view url : {"unix:", "unix:run/x.sock", "unix://"}) {
+    auto c = parse_client_config("url: \"" + std::string(url) + "\"\n", "c.yaml");
+    ASSERT_FALSE(c.has_value()) << url;
+    EXPECT_NE(c.error().message().find("must be https://HOST:PORT or unix:/PATH"), std::string::npos);
+  }
 }
 
 TEST(ClientConfig, NotAMapIsRefused) {

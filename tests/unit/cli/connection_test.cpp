@@ -101,6 +101,20 @@ TEST_F(ConnectionTest, AnInvalidFileIsReportedWithItsPath) {
   EXPECT_EQ(s.error().message(), file + ":2:1: \"foo\": unknown setting");
 }
 
+TEST_F(ConnectionTest, TheLocalSocketNeedsNoCa) {
+  vars_["HOME"] = dir_.path().string();
+  vars_["CORRAL_URL"] = "unix:/run/corral/coordinator.sock";
+  vars_["CORRAL_TOKEN"] = "t";
+  auto s = load_connection_settings(std::nullopt, env());
+  ASSERT_TRUE(s.has_value()) << s.error().message();
+  EXPECT_EQ(s->url, "unix:/run/corral/coordinator.sock");
+  vars_.erase("CORRAL_TOKEN");
+  auto missing = load_connection_settings(std::nullopt, env());
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_TRUE(missing.error().message().starts_with("not configured: missing token (CORRAL_TOKEN);"))
+      << missing.error().message();
+}
+
 TEST_F(ConnectionTest, MissingSettingsAreNamed) {
   vars_["HOME"] = dir_.path().string();
   vars_["CORRAL_URL"] = "https://env:2";

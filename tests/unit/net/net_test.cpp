@@ -10,6 +10,11 @@
 #include <sys/time.h>
 #include <poll.h>
 
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -317,6 +322,10 @@ TEST(HttpTypes, ParsesTargetsAndUrls) {
   EXPECT_EQ(parse_https_url("https://[::1]:7433/")->host, "::1");
   EXPECT_FALSE(parse_https_url("http://x:1").has_value());
   EXPECT_FALSE(parse_https_url("https://x:99999").has_value());
+  EXPECT_EQ(parse_unix_url("unix:/run/corral/coordinator.sock"), "/run/corral/coordinator.sock");
+  EXPECT_EQ(parse_unix_url("unix:///run/corral/coordinator.sock"), "/run/corral/coordinator.sock");
+  EXPECT_FALSE(parse_unix_url("unix:run/x.sock").has_value());
+  EXPECT_FALSE(parse_unix_url("https://x:1").has_value());
 }
 
 TEST(Pki, TokensAreRandomAndHashesStable) {
@@ -449,6 +458,115 @@ TEST_F(NetLimitsTest, AConnectionBeingAnsweredIsNeverClosedForANewcomer) {
 }
 
 // ---------------------------------------------------------------- event streams
+
+// The local socket: the same handler over plain HTTP on a Unix socket, for clients on the
+// machine; no TLS, no WebSocket.
+class NetLocalTest : public NetTest {
+ protected:
+  void configure(ServerOptions& opts) override { opts.local_socket = socket_; }
+  std::unique_ptr<HttpClient> local_client() {
+    auto c = HttpClient::create("unix:" + socket_, {}, 5s);
+    EXPECT_TRUE(c.has_value()) << c.error().message();
+    return std::move(*c);
+  }
+  // A raw request on a fresh connection to the socket; what came back until it closed.
+  std::string raw(const std::string& request) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", socket_.c_str());
+    std::string got;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) got.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return got;
+  }
+  std::string socket_ = dir_.file("run/coordinator.sock");  // its folder made by the server
+};
+
+TEST_F(NetLocalTest, ServesTheSameHandlerOverTheLocalSocketWithKeepAlive) {
+  struct stat st {};
+  ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  auto c = local_client();
+  for (int i = 0; i < 3; ++i) {
+    auto r = c->request("POST", "/v1/x%20y?a=1", "body");
+    ASSERT_TRUE(r.has_value()) << r.error().message();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "POST /v1/x y body cn=");
+  }
+  std::promise<std::string> remote;
+  loop_.post([&] { remote.set_value(handler_.last.remote); });
+  EXPECT_EQ(remote.get_future().get(), "local");
+  // TLS goes on beside it.
+  auto r = client({dir_.file("ca.pem"), "", ""})->request("GET", "/tls");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->body, "GET /tls  cn=");
+}
+
+TEST_F(NetLocalTest, AWebSocketUpgradeIsRefusedAndGarbageIsAnswered400) {
+  std::string upgrade = raw(
+      "GET /v1/agent HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  EXPECT_TRUE(upgrade.starts_with("HTTP/1.1 400")) << upgrade;
+  EXPECT_NE(upgrade.find("agents connect over TLS"), std::string::npos) << upgrade;
+  EXPECT_TRUE(handler_.opened.empty());
+  std::string garbage = raw("\x16\x03\x01 not http at all\r\n\r\n");
+  EXPECT_TRUE(garbage.starts_with("HTTP/1.1 400")) << garbage;
+  auto r = local_client()->request("GET", "/after");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(NetLocalTest, AStaleSocketIsReplacedButALiveOneOrAnotherFileIsNot) {
+  EventLoop other;
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
+  opts.local_socket = socket_;
+  auto taken = Server::start(other, opts, handler_);
+  ASSERT_FALSE(taken.has_value()) << "a second server took a socket the first one serves";
+  EXPECT_EQ(taken.error().message(),
+            "cannot listen on the local socket " + socket_ + ": another process is listening on it");
+  // A socket file whose server is gone (SIGKILLed: nobody unlinked it) is taken over.
+  const std::string stale = dir_.file("stale.sock");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", stale.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ::close(fd);
+  opts.local_socket = stale;
+  auto replaced = Server::start(other, opts, handler_);
+  ASSERT_TRUE(replaced.has_value()) << replaced.error().message();
+  (*replaced)->stop();
+  EXPECT_FALSE(std::filesystem::exists(stale)) << "a stopped server leaves no socket file";
+  const std::string file = dir_.file("not-a-socket");
+  std::ofstream(file) << "keep me";
+  opts.local_socket = file;
+  auto refused = Server::start(other, opts, handler_);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().message(),
+            "cannot listen on the local socket " + file + ": a file that is not a socket is in the way");
+  std::ifstream in(file);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "keep me");
+}
+
+TEST_F(NetLocalTest, AClientOfAMissingSocketSaysWhichPath) {
+  auto c = HttpClient::create("unix:" + dir_.file("nobody.sock"), {}, 2s);
+  ASSERT_TRUE(c.has_value());
+  auto r = (*c)->request("GET", "/");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::Unavailable);
+  EXPECT_TRUE(r.error().message().starts_with("cannot connect to the local socket " + dir_.file("nobody.sock")))
+      << r.error().message();
+}
 
 class NetStreamTest : public NetTest {
  protected:
