@@ -14,6 +14,7 @@ namespace corral::model {
 namespace {
 
 constexpr std::size_t kMaxValueBytes = 4096;
+constexpr std::size_t kMaxSocketPathBytes = 107;  // sockaddr_un's sun_path, less its NUL
 
 // "https://HOST:PORT" with an optional trailing slash, or "unix:/PATH" (the coordinator's
 // local socket, also written unix:///PATH): what common/net's client accepts. Checked
@@ -23,6 +24,7 @@ std::string check_url(const std::string& v) {
   if (v.starts_with("unix:")) {
     std::string_view path = std::string_view(v).substr(5);
     if (path.starts_with("//")) path.remove_prefix(2);
+    if (path.size() > kMaxSocketPathBytes) return "the socket path is longer than 107 bytes";
     return path.starts_with('/') ? "" : bad;
   }
   constexpr std::string_view kScheme = "https://";

@@ -10,6 +10,8 @@
 #include <boost/beast/ssl.hpp>
 #include <optional>
 
+#include <sys/un.h>
+
 #include "common/net/tls_util.hpp"
 
 namespace corral::net {
@@ -132,6 +134,11 @@ HttpClient::~HttpClient() = default;
 
 Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, ClientTls tls, Duration timeout) {
   if (auto path = parse_unix_url(url)) {
+    if (path->size() >= sizeof(sockaddr_un{}.sun_path)) {
+      return make_error(ErrorCode::InvalidArgument, "the local socket path is too long (" +
+                                                        std::to_string(path->size()) + " bytes, at most " +
+                                                        std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + "): " + url);
+    }
     auto impl = std::make_unique<Impl>();
     impl->url = Url{"localhost", 0};
     impl->socket_path = *path;

@@ -78,6 +78,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::io_context& io;
   tcp::acceptor acceptor;
   local::acceptor local_acceptor;
+  dev_t local_file_dev = 0;  // the socket file bound, removed at stop() while still ours
+  ino_t local_file_ino = 0;
   asio::steady_timer accept_retry;
   asio::steady_timer local_accept_retry;
   std::shared_ptr<ssl::context> tls;
@@ -680,34 +682,70 @@ namespace {
 
 // Binds the local socket at `path`: a socket file left by a coordinator that is gone is
 // replaced; one another process still answers on, or a file that is no socket, is not.
-Result<void> listen_local(local::acceptor& acceptor, const std::string& path) {
+// The socket file's identity once bound: stop() removes the file only while it is still
+// this one, not a successor's that took the path over.
+struct SocketFile {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+// Whether a server answers on the socket at `path`: a non-blocking connect, so that a
+// stuck server with a full backlog (EAGAIN) counts as there rather than hanging us.
+// ECONNREFUSED: a file left by a server that is gone.
+Result<bool> someone_listens(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return make_error(ErrorCode::Unavailable, std::strerror(errno));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  int err = errno;
+  ::close(fd);
+  if (rc == 0 || err == EAGAIN || err == EINPROGRESS) return true;
+  if (err == ECONNREFUSED || err == ENOENT) return false;
+  return make_error(ErrorCode::Unavailable, "cannot tell whether a server answers there: " + std::string(std::strerror(err)));
+}
+
+// Binds the local socket at `path`: a socket file left by a coordinator that is gone is
+// replaced; one another process still answers on, or a file that is no socket, is not.
+Result<SocketFile> listen_local(local::acceptor& acceptor, const std::string& path) {
   const auto fail = [&](const std::string& why) {
     return make_error(ErrorCode::Unavailable, "cannot listen on the local socket " + path + ": " + why);
   };
   if (path.size() >= sizeof(sockaddr_un{}.sun_path)) return fail("the path is too long for a socket");
-  // Its folder, as /run/corral after a reboot, is made (0755) when missing.
-  std::error_code made;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), made);
-  if (made) return fail(made.message());
+  // Its folder, as /run/corral after a reboot, is made when missing, 0755 whatever the
+  // umask, so that other users can reach the socket.
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!folder.empty()) {
+    std::error_code made;
+    if (std::filesystem::create_directories(folder, made)) {
+      std::filesystem::permissions(folder, std::filesystem::perms(0755), made);
+    }
+    if (made) return fail(made.message());
+  }
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return fail("a file that is not a socket is in the way");
-    local::socket probe(acceptor.get_executor());
-    boost::system::error_code ec;
-    probe.connect(local::endpoint(path), ec);
-    if (!ec) return fail("another process is listening on it");
+    auto there = someone_listens(path);
+    if (!there) return fail(there.error().message());
+    if (*there) return fail("another process is listening on it");
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return fail(std::strerror(errno));
   }
   boost::system::error_code ec;
   acceptor.open(local(), ec);
   if (!ec) acceptor.bind(local::endpoint(path), ec);
   if (ec) return fail(ec.message());
+  const auto undo = [&](const std::string& why) {
+    ::unlink(path.c_str());
+    return fail(why);
+  };
   // Anyone on the machine may connect, as anyone may reach the TCP port: each request
   // still needs a token.
-  if (::chmod(path.c_str(), 0666) != 0) return fail(std::strerror(errno));
+  if (::chmod(path.c_str(), 0666) != 0) return undo(std::strerror(errno));
+  if (::lstat(path.c_str(), &st) != 0) return undo(std::strerror(errno));
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return fail(ec.message());
-  return {};
+  if (ec) return undo(ec.message());
+  return SocketFile{st.st_dev, st.st_ino};
 }
 
 }  // namespace
@@ -733,7 +771,10 @@ Result<std::unique_ptr<Server>> Server::start(EventLoop& loop, ServerOptions opt
                                                   std::to_string(impl->options.port) + ": " + ec.message());
   }
   if (!impl->options.local_socket.empty()) {
-    if (auto r = listen_local(impl->local_acceptor, impl->options.local_socket); !r) return std::unexpected(r.error());
+    auto bound = listen_local(impl->local_acceptor, impl->options.local_socket);
+    if (!bound) return std::unexpected(bound.error());
+    impl->local_file_dev = bound->dev;
+    impl->local_file_ino = bound->ino;
   }
   impl->accept_tls();
   if (impl->local_acceptor.is_open()) impl->accept_local();
@@ -758,7 +799,12 @@ void Server::stop() {
   impl_->accept_retry.cancel();
   if (impl_->local_acceptor.is_open()) {
     impl_->local_acceptor.close(ec);
-    ::unlink(impl_->options.local_socket.c_str());
+    // Only our own file: a coordinator started meanwhile may have put its socket there.
+    struct stat st {};
+    const std::string& path = impl_->options.local_socket;
+    if (::lstat(path.c_str(), &st) == 0 && st.st_dev == impl_->local_file_dev && st.st_ino == impl_->local_file_ino) {
+      ::unlink(path.c_str());
+    }
   }
   impl_->local_accept_retry.cancel();
   for (const auto& weak : impl_->sessions) {

@@ -52,6 +52,9 @@ TEST(ClientConfig, TheLocalSocketIsAnAbsolutePath) {
     ASSERT_TRUE(c.has_value()) << url << ": " << c.error().message();
     EXPECT_EQ(c->url, url);
   }
+  auto too_long = parse_client_config("url: unix:/" + std::string(107, 'x') + "\n", "c.yaml");
+  ASSERT_FALSE(too_long.has_value());
+  EXPECT_NE(too_long.error().message().find("longer than 107 bytes"), std::string::npos);
   for (std::string_view url : {"unix:", "unix:run/x.sock", "unix://"}) {
     auto c = parse_client_config("url: \"" + std::string(url) + "\"\n", "c.yaml");
     ASSERT_FALSE(c.has_value()) << url;

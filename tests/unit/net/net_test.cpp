@@ -558,6 +558,37 @@ TEST_F(NetLocalTest, AStaleSocketIsReplacedButALiveOneOrAnotherFileIsNot) {
   EXPECT_EQ(kept, "keep me");
 }
 
+// A coordinator stopping while its successor already took the path over (the file was
+// unlinked and bound again) leaves the successor's socket alone.
+TEST_F(NetLocalTest, AStoppingServerRemovesOnlyItsOwnSocketFile) {
+  const std::string path = dir_.file("handover.sock");
+  EventLoop other;
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
+  opts.local_socket = path;
+  auto first = Server::start(other, opts, handler_);
+  ASSERT_TRUE(first.has_value()) << first.error().message();
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  int successor = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  ASSERT_EQ(::bind(successor, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(successor, 4), 0);
+  (*first)->stop();
+  EXPECT_TRUE(std::filesystem::exists(path)) << "the successor's socket was removed";
+  ::close(successor);
+}
+
+TEST_F(NetLocalTest, APathTooLongForASocketIsAnErrorNotACrash) {
+  auto c = HttpClient::create("unix:/" + std::string(200, 'x'), {}, 2s);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().code(), ErrorCode::InvalidArgument);
+  EXPECT_TRUE(c.error().message().starts_with("the local socket path is too long (201 bytes, at most 107)"))
+      << c.error().message();
+}
+
 TEST_F(NetLocalTest, AClientOfAMissingSocketSaysWhichPath) {
   auto c = HttpClient::create("unix:" + dir_.file("nobody.sock"), {}, 2s);
   ASSERT_TRUE(c.has_value());
