@@ -17,7 +17,7 @@ namespace asio = boost::asio;
 // One signal set and what to do when it fires. The loop owns it, so the pending wait
 // refers to it by pointer: a handler holding itself would never be freed.
 struct SignalWatch {
-  SignalWatch(asio::io_context& io, std::function<void(int)> fn) : set(io), fn(std::move(fn)) {}
+  SignalWatch(asio::io_context& io, std::function<void(int)> on_signal) : set(io), fn(std::move(on_signal)) {}
   void arm() {
     set.async_wait([this](const boost::system::error_code& ec, int sig) {
       if (ec) return;

@@ -31,7 +31,7 @@ namespace {
 class Link : public std::enable_shared_from_this<Link> {
  public:
   Link(asio::io_context& io, ssl::context& tls, const WsClientOptions& options, Url url, WsClient::Handlers& handlers)
-      : io_(io), resolver_(io), ws_(io, tls), options_(options), url_(std::move(url)), handlers_(handlers) {}
+      : resolver_(io), ws_(io, tls), options_(options), url_(std::move(url)), handlers_(handlers) {}
 
   void start() {
     auto self = shared_from_this();
@@ -149,7 +149,6 @@ class Link : public std::enable_shared_from_this<Link> {
     if (handlers_.on_close) handlers_.on_close(reason);
   }
 
-  asio::io_context& io_;
   tcp::resolver resolver_;
   websocket::stream<beast::ssl_stream<beast::tcp_stream>> ws_;
   const WsClientOptions& options_;

@@ -51,6 +51,30 @@ class FakeApi : public ApiClient {
 
 using testing::FakeClock;
 
+// Options as a command line would give them, every field set.
+CancelOptions cancel_jobs(std::vector<std::string> jobs) {
+  CancelOptions o;
+  o.jobs = std::move(jobs);
+  return o;
+}
+CancelOptions cancel_by(std::vector<std::string> users, std::vector<std::string> states) {
+  CancelOptions o;
+  o.users = std::move(users);
+  o.states = std::move(states);
+  return o;
+}
+QueueOptions queue_of(std::vector<std::string> users, bool all) {
+  QueueOptions o;
+  o.users = std::move(users);
+  o.all = all;
+  return o;
+}
+QueueOptions queue_json() {
+  QueueOptions o;
+  o.json = true;
+  return o;
+}
+
 class CommandsTest : public ::testing::Test {
  protected:
   CommandContext ctx() {
@@ -185,7 +209,7 @@ TEST_F(CommandsTest, Unauthenticated401ExitsWith3) {
 TEST_F(CommandsTest, Forbidden403SaysNotAllowed) {
   api_.answer(403, R"({"error": "job 7 belongs to bob"})");
   auto c = ctx();
-  EXPECT_EQ(run_cancel(c, {{"7"}}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, cancel_jobs({"7"})), kExitFailed);
   EXPECT_EQ(err_.str(), "corral: not allowed: job 7 belongs to bob\n");
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/7/cancel");
 }
@@ -195,7 +219,7 @@ TEST_F(CommandsTest, NotFoundAndConflictExitWith1) {
   api_.answer(409, R"({"error": "job 9 already ended COMPLETED"})");
   auto c = ctx();
   EXPECT_EQ(run_show(c, {"9", false}), kExitFailed);
-  EXPECT_EQ(run_cancel(c, {{"9"}}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, cancel_jobs({"9"})), kExitFailed);
   EXPECT_EQ(err_.str(), "corral: no job 9\ncorral: job 9 already ended COMPLETED\n");
 }
 
@@ -209,7 +233,7 @@ TEST_F(CommandsTest, AnUnreachableCoordinatorExitsWith3) {
 TEST_F(CommandsTest, QueueAsksForAllJobsOfAUser) {
   api_.answer(200, "[]");
   auto c = ctx();
-  EXPECT_EQ(run_queue(c, {true, {"a b"}}), kExitOk);
+  EXPECT_EQ(run_queue(c, queue_of({"a b"}, true)), kExitOk);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs?all=1&user=a%20b");
   EXPECT_EQ(out_.str(), "ID  NAME  USER  STATE  REASON  NODES  GPUS  TIME  TIME_LIMIT\n");
 }
@@ -217,7 +241,7 @@ TEST_F(CommandsTest, QueueAsksForAllJobsOfAUser) {
 TEST_F(CommandsTest, QueueJsonIsTheList) {
   api_.answer(200, R"([{"id":1,"state":"PENDING"}])");
   auto c = ctx();
-  EXPECT_EQ(run_queue(c, {.json = true}), kExitOk);
+  EXPECT_EQ(run_queue(c, queue_json()), kExitOk);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs");
   EXPECT_EQ(out_.str(), "[\n  {\n    \"id\": 1,\n    \"state\": \"PENDING\"\n  }\n]\n");
 }
@@ -352,7 +376,7 @@ TEST_F(CommandsTest, CancelOfSeveralJobsIsOneRequestAndNamesEachRefusal) {
   api_.answer(200, R"({"cancelled": [{"id": 4, "state": "CANCELLED"}, {"id": 6, "state": "ENDING"}],
                        "failed": [{"id": 5, "status": 403, "error": "job 5 belongs to bob"}]})");
   auto c = ctx();
-  EXPECT_EQ(run_cancel(c, {.jobs = {"4", "5", "6"}}), kExitFailed);
+  EXPECT_EQ(run_cancel(c, cancel_jobs({"4", "5", "6"})), kExitFailed);
   ASSERT_EQ(api_.calls.size(), 1u);
   EXPECT_EQ(api_.calls[0].target, "/v1/jobs/cancel");
   EXPECT_EQ(nlohmann::json::parse(api_.calls[0].body), nlohmann::json::parse(R"({"ids": [4, 5, 6]})"));
@@ -363,7 +387,7 @@ TEST_F(CommandsTest, CancelOfSeveralJobsIsOneRequestAndNamesEachRefusal) {
 TEST_F(CommandsTest, CancelByUserAndStateSendsTheFilter) {
   api_.answer(200, R"({"cancelled": [], "failed": []})");
   auto c = ctx();
-  EXPECT_EQ(run_cancel(c, {.users = {"alice"}, .states = {"PENDING"}}), kExitOk);
+  EXPECT_EQ(run_cancel(c, cancel_by({"alice"}, {"PENDING"})), kExitOk);
   EXPECT_EQ(nlohmann::json::parse(api_.calls[0].body),
             nlohmann::json::parse(R"({"user": ["alice"], "state": ["PENDING"]})"));
   EXPECT_EQ(out_.str(), "No job matched\n");

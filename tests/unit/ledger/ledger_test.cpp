@@ -543,7 +543,9 @@ TEST_F(DependencyTest, ADependencyOnAnArraysIdWaitsForEveryElement) {
     say("a", protocol::RankStarted{e, 0, 0, 100 + i});
     say("a", protocol::RankExited{e, 0, 0, i == 2 ? 1 : 0, 0, "exited", false});
     say("a", protocol::AttemptGone{e, 0});
-    if (i < 2) EXPECT_EQ(state(after), JobState::Pending) << i;
+    if (i < 2) {
+      EXPECT_EQ(state(after), JobState::Pending) << i;
+    }
   }
   EXPECT_EQ(state(after), JobState::Cancelled);
   EXPECT_EQ((*store_.job(after))->detail,
