@@ -469,12 +469,34 @@ class NetLocalTest : public NetTest {
     EXPECT_TRUE(c.has_value()) << c.error().message();
     return std::move(*c);
   }
+  static sockaddr_un unix_address(const std::string& path) {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    return a;
+  }
+  // A socket bound at `path` by hand, listening or not (a server gone without unlinking it).
+  static int bound_at(const std::string& path, bool listening) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a = unix_address(path);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || (listening && ::listen(fd, 4) != 0)) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  // Another server's options, on the local socket at `path`.
+  ServerOptions options_on(const std::string& path) {
+    ServerOptions opts;
+    opts.host = "127.0.0.1";
+    opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
+    opts.local_socket = path;
+    return opts;
+  }
   // A raw request on a fresh connection to the socket; what came back until it closed.
   std::string raw(const std::string& request) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", socket_.c_str());
+    sockaddr_un a = unix_address(socket_);
     std::string got;
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
         ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
@@ -524,21 +546,15 @@ TEST_F(NetLocalTest, AWebSocketUpgradeIsRefusedAndGarbageIsAnswered400) {
 
 TEST_F(NetLocalTest, AStaleSocketIsReplacedButALiveOneOrAnotherFileIsNot) {
   EventLoop other;
-  ServerOptions opts;
-  opts.host = "127.0.0.1";
-  opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
-  opts.local_socket = socket_;
+  ServerOptions opts = options_on(socket_);
   auto taken = Server::start(other, opts, handler_);
   ASSERT_FALSE(taken.has_value()) << "a second server took a socket the first one serves";
   EXPECT_EQ(taken.error().message(),
             "cannot listen on the local socket " + socket_ + ": another process is listening on it");
   // A socket file whose server is gone (SIGKILLed: nobody unlinked it) is taken over.
   const std::string stale = dir_.file("stale.sock");
-  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", stale.c_str());
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int fd = bound_at(stale, false);
+  ASSERT_GE(fd, 0);
   ::close(fd);
   opts.local_socket = stale;
   auto replaced = Server::start(other, opts, handler_);
@@ -563,19 +579,11 @@ TEST_F(NetLocalTest, AStaleSocketIsReplacedButALiveOneOrAnotherFileIsNot) {
 TEST_F(NetLocalTest, AStoppingServerRemovesOnlyItsOwnSocketFile) {
   const std::string path = dir_.file("handover.sock");
   EventLoop other;
-  ServerOptions opts;
-  opts.host = "127.0.0.1";
-  opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
-  opts.local_socket = path;
-  auto first = Server::start(other, opts, handler_);
+  auto first = Server::start(other, options_on(path), handler_);
   ASSERT_TRUE(first.has_value()) << first.error().message();
   ASSERT_EQ(::unlink(path.c_str()), 0);
-  int successor = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
-  ASSERT_EQ(::bind(successor, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(successor, 4), 0);
+  int successor = bound_at(path, true);
+  ASSERT_GE(successor, 0);
   (*first)->stop();
   EXPECT_TRUE(std::filesystem::exists(path)) << "the successor's socket was removed";
   ::close(successor);
