@@ -361,11 +361,7 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
   job.launching = false;
   for (const auto& s : outcome.started) {
     job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, false, s.log, s.gpus};
-    for (int g : s.gpus) {
-      for (const auto& gpu : node_.gpus) {
-        if (gpu.index == g) job.gpu_uuids.push_back(gpu.uuid);
-      }
-    }
+    job.gpu_uuids.insert(job.gpu_uuids.end(), s.gpu_uuids.begin(), s.gpu_uuids.end());
   }
   for (const auto& report : outcome.reports) {
     if (const auto* failed = std::get_if<protocol::RankExited>(&report); failed && failed->launch_failure) {

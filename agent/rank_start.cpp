@@ -102,7 +102,7 @@ StartOutcome start_ranks(const StartContext& context, const protocol::Launch& m,
       continue;
     }
     context.spool.mark_running(m.job, m.attempt, r.rank, *pid, uuids);
-    out.started.push_back(StartedRank{r.rank, *pid, spec.log_path, r.gpus});
+    out.started.push_back(StartedRank{r.rank, *pid, spec.log_path, r.gpus, uuids});
     out.reports.emplace_back(protocol::RankStarted{m.job, m.attempt, r.rank, *pid});
   }
   return out;

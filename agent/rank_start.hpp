@@ -28,6 +28,7 @@ struct StartedRank {
   pid_t pid = 0;
   std::string log;
   std::vector<int> gpus;
+  std::vector<std::string> gpu_uuids;  // the same GPUs, as its marker keeps them
 };
 
 struct StartOutcome {

@@ -58,10 +58,12 @@ Result<std::string> Spool::agent_id() const {
 
 void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid,
                          const std::vector<std::string>& gpu_uuids) const {
-  std::ofstream out(marker_path(job, attempt, rank));
-  out << pid << " " << (pid > 0 ? process_start_time(pid) : "-");
-  for (const auto& uuid : gpu_uuids) out << " " << uuid;
-  out << "\n";
+  // Replaced whole: an agent SIGKILLed while writing it leaves the old marker or the new
+  // one, never an empty one that has lost the rank's pid and GPUs. (A reboot ends the
+  // ranks, so it is not synced.)
+  std::string text = std::to_string(pid) + " " + (pid > 0 ? process_start_time(pid) : "-");
+  for (const auto& uuid : gpu_uuids) text += " " + uuid;
+  (void)write_file_atomically(marker_path(job, attempt, rank), text + "\n", 0644, Survives::kill);
 }
 
 void Spool::record_exit(const protocol::RankExited& m) const {

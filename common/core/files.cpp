@@ -9,7 +9,8 @@
 
 namespace corral {
 
-Result<void> write_file_atomically(const std::string& path, std::string_view content, mode_t mode) {
+Result<void> write_file_atomically(const std::string& path, std::string_view content, mode_t mode,
+                                   Survives survives) {
   auto failed = [&](const std::string& tmp, int err) -> Result<void> {
     if (!tmp.empty()) ::unlink(tmp.c_str());
     return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + std::strerror(err));
@@ -30,7 +31,7 @@ Result<void> write_file_atomically(const std::string& path, std::string_view con
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) {
+  if (survives == Survives::crash && ::fsync(fd) != 0) {
     int err = errno;
     ::close(fd);
     return failed(tmp, err);

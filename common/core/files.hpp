@@ -12,7 +12,13 @@
 
 namespace corral {
 
+// What a rename must survive: a crash of the machine (synced first), or only the writer
+// being killed (files that mean nothing after a reboot, on a path where an fsync would
+// cost, such as a rank's marker written as it starts).
+enum class Survives { crash, kill };
+
 // Unavailable naming `path` and the system's reason when it cannot be written.
-[[nodiscard]] Result<void> write_file_atomically(const std::string& path, std::string_view content, mode_t mode);
+[[nodiscard]] Result<void> write_file_atomically(const std::string& path, std::string_view content, mode_t mode,
+                                                 Survives survives = Survives::crash);
 
 }  // namespace corral

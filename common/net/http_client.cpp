@@ -27,6 +27,7 @@ struct HttpClient::Impl {
   asio::io_context io{1};
   std::shared_ptr<ssl::context> tls;
   Url url;
+  std::string host;         // the Host header: url's host:port, or localhost on the socket
   std::string socket_path;  // a unix: URL's: plain HTTP there, no TLS
   Duration timeout;
   std::optional<beast::ssl_stream<beast::tcp_stream>> stream;
@@ -140,7 +141,7 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
                                                         std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + "): " + url);
     }
     auto impl = std::make_unique<Impl>();
-    impl->url = Url{"localhost", 0};
+    impl->host = "localhost";
     impl->socket_path = *path;
     impl->timeout = timeout;
     return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
@@ -154,6 +155,7 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
   auto impl = std::make_unique<Impl>();
   impl->tls = *ctx;
   impl->url = *parsed;
+  impl->host = parsed->host + ":" + std::to_string(parsed->port);
   impl->timeout = timeout;
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
@@ -162,8 +164,7 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
                                          const std::string& body,
                                          const std::vector<std::pair<std::string, std::string>>& headers) {
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-  req.set(http::field::host, impl_->socket_path.empty() ? impl_->url.host + ":" + std::to_string(impl_->url.port)
-                                                       : std::string("localhost"));
+  req.set(http::field::host, impl_->host);
   req.set(http::field::user_agent, "corral");
   for (const auto& [name, value] : headers) req.set(name, value);
   if (!body.empty()) req.set(http::field::content_type, "application/json");

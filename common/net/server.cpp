@@ -64,6 +64,13 @@ struct Slot : Closable {
   std::list<std::weak_ptr<Slot>>::iterator waiting_at;
 };
 
+// The local socket file's identity once bound: stop() removes the file only while it is
+// still this one, not a successor's that took the path over.
+struct SocketFile {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io_context, ServerOptions opts, ServerHandler& h)
       : io(io_context), acceptor(io_context), local_acceptor(io_context), accept_retry(io_context),
@@ -78,8 +85,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::io_context& io;
   tcp::acceptor acceptor;
   local::acceptor local_acceptor;
-  dev_t local_file_dev = 0;  // the socket file bound, removed at stop() while still ours
-  ino_t local_file_ino = 0;
+  SocketFile local_file;  // the socket file bound, removed at stop() while still ours
   asio::steady_timer accept_retry;
   asio::steady_timer local_accept_retry;
   std::shared_ptr<ssl::context> tls;
@@ -682,13 +688,6 @@ namespace {
 
 // Binds the local socket at `path`: a socket file left by a coordinator that is gone is
 // replaced; one another process still answers on, or a file that is no socket, is not.
-// The socket file's identity once bound: stop() removes the file only while it is still
-// this one, not a successor's that took the path over.
-struct SocketFile {
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
-
 // Whether a server answers on the socket at `path`: a non-blocking connect, so that a
 // stuck server with a full backlog (EAGAIN) counts as there rather than hanging us.
 // ECONNREFUSED: a file left by a server that is gone.
@@ -773,8 +772,7 @@ Result<std::unique_ptr<Server>> Server::start(EventLoop& loop, ServerOptions opt
   if (!impl->options.local_socket.empty()) {
     auto bound = listen_local(impl->local_acceptor, impl->options.local_socket);
     if (!bound) return std::unexpected(bound.error());
-    impl->local_file_dev = bound->dev;
-    impl->local_file_ino = bound->ino;
+    impl->local_file = *bound;
   }
   impl->accept_tls();
   if (impl->local_acceptor.is_open()) impl->accept_local();
@@ -802,7 +800,7 @@ void Server::stop() {
     // Only our own file: a coordinator started meanwhile may have put its socket there.
     struct stat st {};
     const std::string& path = impl_->options.local_socket;
-    if (::lstat(path.c_str(), &st) == 0 && st.st_dev == impl_->local_file_dev && st.st_ino == impl_->local_file_ino) {
+    if (::lstat(path.c_str(), &st) == 0 && st.st_dev == impl_->local_file.dev && st.st_ino == impl_->local_file.ino) {
       ::unlink(path.c_str());
     }
   }
