@@ -226,8 +226,18 @@ class LocalCluster:
             self.get(f"/v1/jobs/{live[-1]['id']}?wait=30")
 
     def env(self):
+        """The CLI's environment over TLS; its config folder (where it keeps the TLS
+        session it resumes) is this cluster's, not the user's."""
         e = dict(os.environ)
-        e.update(CORRAL_URL=self.url, CORRAL_TOKEN=self.token, CORRAL_CA=self.ca)
+        e.update(CORRAL_URL=self.url, CORRAL_TOKEN=self.token, CORRAL_CA=self.ca,
+                 XDG_CONFIG_HOME=os.path.join(self.dir, "cli-config"))
+        return e
+
+    def env_no_session(self):
+        """TLS with no config folder, hence no kept session: a full handshake each time."""
+        e = self.env()
+        e.pop("XDG_CONFIG_HOME", None)
+        e.pop("HOME", None)
         return e
 
     def env_local(self):

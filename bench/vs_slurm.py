@@ -8,9 +8,11 @@ port and spool, NodeAddr 127.0.0.1, 8 gres GPUs whose File= entries are links to
 measures both in turns, A B A B, so that both see the same noise:
 
   submit      one `corral submit -G 1 -- true` / `sbatch -G 1 --wrap true`: wall ms and
-              the CPU ms of the process (user + system); corral both over TLS and
-              through the coordinator's local socket (CORRAL_URL=unix:...), A B C
-  rate        8 clients submitting at once: jobs/s (corral over TLS and the local socket)
+              the CPU ms of the process (user + system); corral over TLS resuming the
+              session it kept (as a user's successive commands do), over TLS with no
+              kept session (a full handshake), and through the coordinator's local
+              socket (CORRAL_URL=unix:...), A B C D
+  rate        8 clients submitting at once: jobs/s (the same three ways for corral)
   drain       1,000 one-GPU jobs of `true` from 8 clients: first submit to queue empty
   2x2 start   submit of a 2-node x 2-GPU job to all 4 ranks started (each rank writes
               its start time; the job for Slurm is `corral export --slurm`'s script)
@@ -191,13 +193,14 @@ def main():
     res = {}  # metric -> side -> values
 
     def add(metric, side, value):
-        res.setdefault(metric, {"corral": [], "corral-local": [], "slurm": []})[side].append(value)
+        res.setdefault(metric, {"corral": [], "corral-full": [], "corral-local": [], "slurm": []})[side].append(value)
 
     loads = []
     slurm = PrivateSlurm()
     try:
         with LocalCluster(args.build, agents=4, sim="a100x8.yaml") as c:
             cenv = c.env()
+            fenv = c.env_no_session()
             lenv = c.env_local()
             senv = slurm.env
             corral_submit = [cli, "submit", "--parsable", "-G", "1", "--", "true"]
@@ -210,14 +213,15 @@ def main():
             work = tempfile.mkdtemp(prefix="corral-vs-slurm-out-")
             for run in range(args.runs):
                 for _ in range(args.submits if "submit" in only else 0):
-                    for side, argv, env in (("corral", corral_submit, cenv), ("corral-local", corral_submit, lenv),
-                                            ("slurm", sbatch, senv)):
+                    for side, argv, env in (("corral", corral_submit, cenv), ("corral-full", corral_submit, fenv),
+                                            ("corral-local", corral_submit, lenv), ("slurm", sbatch, senv)):
                         wall, cpu = timed(argv, env)
                         add("submit wall ms", side, wall)
                         add("submit CPU ms", side, cpu)
                 wait_until(corral_empty)
                 wait_until(slurm.queue_empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
+                                               ("corral-full", corral_submit, fenv, corral_empty),
                                                ("corral-local", corral_submit, lenv, corral_empty),
                                                ("slurm", sbatch, senv, slurm.queue_empty)) if "rate" in only else ():
                     took = run_from_clients(argv, env, args.rate_jobs)
@@ -270,7 +274,8 @@ def main():
     for metric, sides in res.items():
         b = sides["slurm"]
         mb = statistics.median(b)
-        for side, label in (("corral", metric), ("corral-local", metric + ", local socket")):
+        for side, label in (("corral", metric), ("corral-full", metric + ", no kept TLS session"),
+                            ("corral-local", metric + ", local socket")):
             a = sides[side]
             if not a:
                 continue

@@ -1,5 +1,7 @@
 #include "cli/api_client.hpp"
 
+#include <filesystem>
+
 #include "common/net/http_client.hpp"
 #include "common/protocol/json_reader.hpp"
 
@@ -15,7 +17,14 @@ Result<void> HttpApiClient::connect() {
   if (!settings) return std::unexpected(settings.error());
   // create() fails on a malformed URL or an unreadable CA file: both are settings to fix,
   // hence InvalidArgument (exit 2), not a connection failure.
-  auto http = net::HttpClient::create(settings->url, net::ClientTls{settings->ca, "", ""}, timeout_);
+  if (!settings->session_file.empty()) {
+    // The folder may not exist yet when the settings come from the environment alone.
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(settings->session_file).parent_path(), ec);
+  }
+  auto http = net::HttpClient::create(
+      settings->url, net::ClientTls{.ca = settings->ca, .cert = "", .key = "", .session_file = settings->session_file},
+      timeout_);
   if (!http) return make_error(ErrorCode::InvalidArgument, http.error().message());
   http_ = std::move(*http);
   token_ = settings->token;
@@ -29,7 +38,10 @@ Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::st
   }
   auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
   if (!r) {
-    ErrorCode code = r.error().code() == ErrorCode::Timeout ? ErrorCode::Timeout : ErrorCode::Unavailable;
+    // A CA read only when the kept TLS session was not resumed is still a setting to fix.
+    ErrorCode code = r.error().code() == ErrorCode::Timeout           ? ErrorCode::Timeout
+                     : r.error().code() == ErrorCode::InvalidArgument ? ErrorCode::InvalidArgument
+                                                                       : ErrorCode::Unavailable;
     return make_error(code, r.error().message());
   }
   return ApiResponse{r->status, std::move(r->body)};

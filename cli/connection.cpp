@@ -66,6 +66,11 @@ std::string default_config_path(const EnvLookup& env) {
   return {};
 }
 
+std::string user_config_dir(const EnvLookup& env) {
+  auto file = default_config_path(env);
+  return file.empty() ? std::string() : std::filesystem::path(file).parent_path().string();
+}
+
 Result<ConnectionSettings> load_connection_settings(const std::optional<std::string>& config_file,
                                                     const EnvLookup& env) {
   ConnectionSettings s;
@@ -84,6 +89,7 @@ Result<ConnectionSettings> load_connection_settings(const std::optional<std::str
   if (auto v = non_empty(env, "CORRAL_URL")) s.url = *v;
   if (auto v = non_empty(env, "CORRAL_TOKEN")) s.token = *v;
   if (auto v = non_empty(env, "CORRAL_CA")) s.ca = *v;
+  if (auto dir = user_config_dir(env); !dir.empty()) s.session_file = dir + "/tls-session";
 
   std::vector<std::string> missing;
   if (s.url.empty()) missing.push_back("url (CORRAL_URL)");

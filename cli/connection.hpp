@@ -15,6 +15,9 @@ struct ConnectionSettings {
   std::string url;    // https://host:port
   std::string token;  // bearer token
   std::string ca;     // path of the cluster CA certificate
+  // Where the coordinator's latest TLS session ticket is kept between commands: the user's
+  // config folder's tls-session (mode 0600); empty when HOME and XDG_CONFIG_HOME are unset.
+  std::string session_file = {};
 
   bool operator==(const ConnectionSettings&) const = default;
 };
@@ -28,6 +31,9 @@ EnvLookup process_environment();
 // $XDG_CONFIG_HOME/corral/config.yaml, else $HOME/.config/corral/config.yaml; empty when
 // neither variable is set.
 std::string default_config_path(const EnvLookup& env);
+
+// The folder of default_config_path(env) (which need not exist), or empty.
+std::string user_config_dir(const EnvLookup& env);
 
 // Reads `config_file` (which must exist) or else the default file (which may be absent),
 // then applies the environment over it; an empty variable counts as unset. A relative

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/app.hpp"
+#include "common/net/http_client.hpp"
 
 namespace {
 
@@ -21,6 +22,7 @@ void on_sigint(int) { g_interrupts.fetch_add(1, std::memory_order_relaxed); }
 
 int main(int argc, char** argv) {
   using namespace corral;
+  net::skip_tls_teardown_at_exit();
   std::vector<std::string> args(argv + 1, argv + argc);
   SystemClock clock;
   cli::AppContext ctx{std::cout,

@@ -8,10 +8,14 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <fstream>
+#include <ctime>
+#include <iterator>
 #include <optional>
 
 #include <sys/un.h>
 
+#include "common/core/files.hpp"
 #include "common/net/tls_util.hpp"
 
 namespace corral::net {
@@ -23,6 +27,100 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using local = asio::local::stream_protocol;
 
+namespace {
+
+struct SessionFree {
+  void operator()(SSL_SESSION* s) const { SSL_SESSION_free(s); }
+};
+using SessionPtr = std::unique_ptr<SSL_SESSION, SessionFree>;
+
+// A session file: a first line naming the format, a second naming what the session is
+// good for (the URL, CA and client certificate), then the session in DER.
+constexpr std::string_view kSessionMagic = "corral TLS session 1\n";
+constexpr std::size_t kMaxSessionFile = 64 * 1024;
+
+std::string session_key(const std::string& url, const ClientTls& tls) {
+  return url + " ca=" + tls.ca + " cert=" + tls.cert + "\n";
+}
+
+// The kept session when it is for `key` and can still be resumed; null otherwise.
+SessionPtr read_session(const std::string& path, const std::string& key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return nullptr;
+  std::string text(kMaxSessionFile + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  std::string header = std::string(kSessionMagic) + key;
+  if (text.size() > kMaxSessionFile || !text.starts_with(header)) return nullptr;
+  const auto* der = reinterpret_cast<const unsigned char*>(text.data() + header.size());
+  SessionPtr session(d2i_SSL_SESSION(nullptr, &der, static_cast<long>(text.size() - header.size())));
+  if (!session || SSL_SESSION_is_resumable(session.get()) != 1) return nullptr;
+  // A ticket past its lifetime would be offered and refused: not worth sending.
+  auto now = static_cast<long>(std::time(nullptr));
+  if (SSL_SESSION_get_time(session.get()) + SSL_SESSION_get_timeout(session.get()) <= now) return nullptr;
+  return session;
+}
+
+// One DER element: where its contents start and end. nullopt when it runs past `end`.
+struct DerElement {
+  unsigned char tag = 0;
+  std::size_t begin = 0;    // of the element (its tag)
+  std::size_t content = 0;  // of its contents
+  std::size_t end = 0;      // one past its contents
+};
+
+std::optional<DerElement> der_element(std::string_view der, std::size_t at) {
+  if (at + 2 > der.size()) return std::nullopt;
+  DerElement e{static_cast<unsigned char>(der[at]), at, at + 2, 0};
+  std::size_t length = static_cast<unsigned char>(der[at + 1]);
+  if (length & 0x80) {
+    std::size_t bytes = length & 0x7f;
+    if (bytes == 0 || bytes > 3 || at + 2 + bytes > der.size()) return std::nullopt;
+    length = 0;
+    for (std::size_t i = 0; i < bytes; ++i) length = (length << 8) | static_cast<unsigned char>(der[at + 2 + i]);
+    e.content += bytes;
+  }
+  e.end = e.content + length;
+  if (e.end > der.size()) return std::nullopt;
+  return e;
+}
+
+std::string der_length(std::size_t n) {
+  if (n < 0x80) return std::string(1, static_cast<char>(n));
+  std::string bytes;
+  for (; n > 0; n >>= 8) bytes.insert(bytes.begin(), static_cast<char>(n & 0xff));
+  return static_cast<char>(0x80 | bytes.size()) + bytes;
+}
+
+// The session without the server's certificate (OpenSSL's SSL_SESSION_ASN1 field [3]),
+// which resumption does not use but whose decoding would cost the next command 7 M
+// instructions, more than resuming saves. Unchanged when it is not laid out as expected.
+std::string without_peer_certificate(std::string der) {
+  auto outer = der_element(der, 0);
+  if (!outer || outer->tag != 0x30 || outer->end != der.size()) return der;
+  std::string fields;
+  for (std::size_t at = outer->content; at < outer->end;) {
+    auto field = der_element(der, at);
+    if (!field) return der;
+    if (field->tag != 0xa3) fields.append(der, field->begin, field->end - field->begin);
+    at = field->end;
+  }
+  return "\x30" + der_length(fields.size()) + fields;
+}
+
+void write_session(const std::string& path, const std::string& key, SSL_SESSION* session) {
+  int size = i2d_SSL_SESSION(session, nullptr);
+  if (size <= 0) return;
+  std::string der(static_cast<std::size_t>(size), '\0');
+  auto* out = reinterpret_cast<unsigned char*>(der.data());
+  if (i2d_SSL_SESSION(session, &out) != size) return;
+  std::string text = std::string(kSessionMagic) + key + without_peer_certificate(std::move(der));
+  // Best effort: without the file the next command makes a full handshake, nothing worse.
+  (void)write_file_atomically(path, text, 0600, Survives::kill);
+}
+
+}  // namespace
+
 struct HttpClient::Impl {
   asio::io_context io{1};
   std::shared_ptr<ssl::context> tls;
@@ -30,6 +128,12 @@ struct HttpClient::Impl {
   std::string host;         // the Host header: url's host:port, or localhost on the socket
   std::string socket_path;  // a unix: URL's: plain HTTP there, no TLS
   Duration timeout;
+  ClientTls tls_files;       // to tell why a deferred CA could not verify the server
+  bool ca_deferred = false;  // the CA is read only if the kept session is not resumed
+  std::string session_file;  // ClientTls::session_file
+  std::string session_key;
+  SessionPtr session;         // the latest session the server gave, or the one kept
+  bool session_saved = true;  // `session` is what the file holds
   std::optional<beast::ssl_stream<beast::tcp_stream>> stream;
   std::optional<beast::basic_stream<local>> local_stream;
   beast::flat_buffer buffer;
@@ -54,6 +158,7 @@ struct HttpClient::Impl {
     if (!set_sni(stream->native_handle(), url.host)) {
       return make_error(ErrorCode::Internal, "cannot set TLS server name");
     }
+    if (session) SSL_set_session(stream->native_handle(), session.get());
     // Verify the certificate names this host (DNS name or IP address SAN).
     stream->set_verify_callback(ssl::host_name_verification(url.host));
     tcp::resolver resolver(io);
@@ -67,13 +172,50 @@ struct HttpClient::Impl {
       return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
                         "cannot connect to " + url.host + ":" + std::to_string(url.port) + ": " + ec.message());
     }
+    // The handshake's last flight and the request go out at once, not held by Nagle for
+    // an acknowledgement (up to a delayed ACK's 40 ms on a real network).
+    boost::system::error_code ignored;
+    beast::get_lowest_layer(*stream).socket().set_option(tcp::no_delay(true), ignored);
     stream->async_handshake(ssl::stream_base::client, [&ec](beast::error_code e) { ec = e; });
     run();
     if (ec) {
+      if (ca_deferred) {
+        if (auto now = make_client_tls(tls_files.ca, tls_files.cert, tls_files.key); !now) {
+          return std::unexpected(now.error());
+        }
+      }
       return make_error(ErrorCode::Unavailable, "TLS handshake with " + url.host + ":" + std::to_string(url.port) +
                                                     " failed: " + ec.message());
     }
     return {};
+  }
+
+  // Called by OpenSSL for each session ticket the server sends (after the handshake, as
+  // the response is read, in TLS 1.3); keeps the latest.
+  // The context's app data is Asio's (its verify callback): the Impl has an index of its own.
+  static int impl_index() {
+    static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return index;
+  }
+
+  static int on_new_session(SSL* ssl, SSL_SESSION* s) {
+    auto* self = static_cast<Impl*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), impl_index()));
+    self->session.reset(s);
+    self->session_saved = false;
+    return 1;  // the reference is ours
+  }
+
+  void keep_sessions() {
+    SSL_CTX* ctx = tls->native_handle();
+    SSL_CTX_set_ex_data(ctx, impl_index(), this);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, &Impl::on_new_session);
+  }
+
+  void save_session() {
+    if (session_saved || session_file.empty() || !session) return;
+    write_session(session_file, session_key, session.get());
+    session_saved = true;
   }
 
   Result<void> connect_local() {
@@ -130,6 +272,13 @@ struct HttpClient::Impl {
   }
 };
 
+void skip_tls_teardown_at_exit() {
+#if !defined(__SANITIZE_ADDRESS__)
+  // (With AddressSanitizer, its leak check would report what the teardown frees.)
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+#endif
+}
+
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() = default;
 
@@ -150,13 +299,22 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
   if (!parsed) {
     return make_error(ErrorCode::InvalidArgument, "not an https://host:port or unix:/path URL: " + url);
   }
-  auto ctx = make_client_tls(tls.ca, tls.cert, tls.key);
-  if (!ctx) return std::unexpected(ctx.error());
   auto impl = std::make_unique<Impl>();
+  if (!tls.session_file.empty()) {
+    impl->session_file = tls.session_file;
+    impl->session_key = session_key(url, tls);
+    impl->session = read_session(impl->session_file, impl->session_key);
+  }
+  // A session to resume spares reading the CA, as it spares verifying the server.
+  impl->ca_deferred = impl->session != nullptr;
+  auto ctx = make_client_tls(tls.ca, tls.cert, tls.key, impl->ca_deferred ? CaLoading::when_verifying : CaLoading::now);
+  if (!ctx) return std::unexpected(ctx.error());
   impl->tls = *ctx;
+  impl->tls_files = std::move(tls);
   impl->url = *parsed;
   impl->host = parsed->host + ":" + std::to_string(parsed->port);
   impl->timeout = timeout;
+  if (!impl->session_file.empty()) impl->keep_sessions();
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
 
@@ -178,7 +336,10 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
     }
     bool retryable = false;
     auto res = impl_->exchange(req, retryable);
-    if (res) return res;
+    if (res) {
+      impl_->save_session();
+      return res;
+    }
     impl_->disconnect();
     if (!(reused && retryable)) return res;
   }

@@ -18,7 +18,16 @@ struct ClientTls {
   std::string ca;    // verifies the server
   std::string cert;  // optional client certificate
   std::string key;
+  // Optional: a file (mode 0600) that keeps the server's latest TLS session ticket, so
+  // that the next process resumes it instead of a full handshake. A file that is missing,
+  // unreadable, for another URL, CA or certificate, or expired is ignored.
+  std::string session_file = {};
 };
+
+// For a short-lived process (the CLI): OpenSSL's teardown at exit, a tenth of a TLS
+// command's instructions, is not run; the kernel frees the memory anyway. Call before any
+// TLS use.
+void skip_tls_teardown_at_exit();
 
 class HttpClient {
  public:

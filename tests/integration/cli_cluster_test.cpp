@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -244,6 +245,44 @@ TEST_F(CliClusterTest, QueueFiltersAndBulkCancelByStateAndById) {
   EXPECT_EQ(c.exit_code, 0) << c.err;
   EXPECT_EQ(c.out, "Cancelled job " + mine2 + "\n");
   EXPECT_EQ(job(std::stoll(mine1))["state"], "RUNNING");
+}
+
+// A person's successive commands resume the TLS session the first one kept: the CA is not
+// even read, until a restarted coordinator refuses the ticket.
+TEST_F(CliClusterTest, SuccessiveCommandsResumeTheKeptTlsSessionAndReadTheCaAgainAfterARestart) {
+  const std::string ca = dir_.file("my-ca.pem");
+  const std::string ca_text = [&] {
+    std::ifstream in(coord_.ca());
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }();
+  std::ofstream(ca) << ca_text;
+  auto env_with_ca = env();
+  env_with_ca.back() = "CORRAL_CA=" + ca;
+  auto queue = [&] { return testing::run_to_end({CORRAL_CLI_BIN, "queue", "--json"}, env_with_ca); };
+  auto o = queue();
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string kept = dir_.file("xdg") + "/corral/tls-session";
+  struct stat st {};
+  ASSERT_EQ(::stat(kept.c_str(), &st), 0) << "no session kept";
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  std::ofstream(ca) << "not a certificate\n";
+  for (int i = 0; i < 2; ++i) {
+    o = queue();
+    EXPECT_EQ(o.exit_code, 0) << "not resumed: " << o.err;
+  }
+  // The restarted coordinator's ticket key is new: a full handshake, which needs the CA.
+  coord_.kill9();
+  ASSERT_TRUE(coord_.start());
+  o = queue();
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_TRUE(o.err.starts_with("corral: cannot load CA " + ca + ": not a usable PEM file")) << o.err;
+  std::ofstream(ca) << ca_text;
+  o = queue();
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::ofstream(ca) << "not a certificate\n";
+  o = queue();
+  EXPECT_EQ(o.exit_code, 0) << "the new ticket was not kept: " << o.err;
 }
 
 TEST_F(CliClusterTest, DependenciesHoldThroughACoordinatorRestartAndACancelledOneEndsDependencyNeverSatisfied) {

@@ -46,7 +46,8 @@ TEST_F(ConnectionTest, ReadsTheDefaultFileAndResolvesTheCaAgainstItsFolder) {
   auto s = load_connection_settings(std::nullopt, env());
   ASSERT_TRUE(s.has_value()) << s.error().message();
   EXPECT_EQ(
-      *s, (ConnectionSettings{"https://coord:7433", "t0k", (dir_.path() / "corral/certs/ca.pem").string()}));
+      *s, (ConnectionSettings{"https://coord:7433", "t0k", (dir_.path() / "corral/certs/ca.pem").string(),
+                              (dir_.path() / "corral/tls-session").string()}));
 }
 
 TEST_F(ConnectionTest, TheEnvironmentOverridesEachKeyOfTheFile) {
@@ -56,13 +57,14 @@ TEST_F(ConnectionTest, TheEnvironmentOverridesEachKeyOfTheFile) {
   vars_["CORRAL_TOKEN"] = "env-token";
   auto s = load_connection_settings(std::nullopt, env());
   ASSERT_TRUE(s.has_value()) << s.error().message();
-  EXPECT_EQ(*s, (ConnectionSettings{"https://file:1", "env-token", "/file/ca.pem"}));
+  std::string session = (dir_.path() / ".config/corral/tls-session").string();
+  EXPECT_EQ(*s, (ConnectionSettings{"https://file:1", "env-token", "/file/ca.pem", session}));
 
   vars_["CORRAL_URL"] = "https://env:2";
   vars_["CORRAL_CA"] = "/env/ca.pem";
   s = load_connection_settings(std::nullopt, env());
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(*s, (ConnectionSettings{"https://env:2", "env-token", "/env/ca.pem"}));
+  EXPECT_EQ(*s, (ConnectionSettings{"https://env:2", "env-token", "/env/ca.pem", session}));
 }
 
 TEST_F(ConnectionTest, AnEmptyVariableCountsAsUnset) {

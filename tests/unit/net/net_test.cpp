@@ -170,6 +170,107 @@ TEST_F(NetTest, RefusesAClientCertificateFromAnotherCa) {
   EXPECT_EQ(ok->status, 200);
 }
 
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+TEST_F(NetTest, AKeptSessionIsResumedByTheNextClientWhichThenNeedsNoCa) {
+  std::string kept = dir_.file("tls-session");
+  ClientTls tls{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept};
+  auto first = client(tls)->request("GET", "/a");
+  ASSERT_TRUE(first.has_value()) << first.error().message();
+  struct stat st {};
+  ASSERT_EQ(::stat(kept.c_str(), &st), 0) << "the server's ticket was not kept";
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(read_all(kept).starts_with("corral TLS session 1\n" + url_ + " ca=" + dir_.file("ca.pem")));
+  // Without the server's certificate (its issuer's name would be in it), which resuming
+  // does not need and which would cost the next command more to decode than it saves.
+  EXPECT_EQ(read_all(kept).find("corral test CA"), std::string::npos);
+
+  // A full handshake would have to read the CA: with it unusable, only a resumed session
+  // gets through. Twice: the ticket the resumed connection brought is kept in turn.
+  std::string ca = read_all(dir_.file("ca.pem"));
+  write_all(dir_.file("ca.pem"), "not a certificate\n");
+  for (int i = 0; i < 2; ++i) {
+    auto again = client(tls)->request("GET", "/b");
+    ASSERT_TRUE(again.has_value()) << again.error().message();
+    EXPECT_EQ(again->status, 200);
+  }
+  // Without the kept session, the same client fails on the CA at once.
+  std::filesystem::remove(kept);
+  auto fresh = HttpClient::create(url_, tls, 5s);
+  ASSERT_FALSE(fresh.has_value());
+  EXPECT_TRUE(fresh.error().message().starts_with("cannot load CA")) << fresh.error().message();
+  write_all(dir_.file("ca.pem"), ca);
+}
+
+TEST_F(NetTest, AKeptSessionForAnotherUrlOrCaOrAGarbledOneIsIgnored) {
+  std::string kept = dir_.file("tls-session");
+  ClientTls tls{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept};
+  ASSERT_TRUE(client(tls)->request("GET", "/").has_value());
+  std::string good = read_all(kept);
+  std::string ca = read_all(dir_.file("ca.pem"));
+  write_all(dir_.file("ca.pem"), "not a certificate\n");
+  // Kept for this server, but under another CA's name: not offered, so the CA is read.
+  ClientTls other_ca = tls;
+  other_ca.ca = dir_.file("ca-copy.pem");
+  write_all(other_ca.ca, "not a certificate\n");
+  auto refused = HttpClient::create(url_, other_ca, 5s);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(refused.error().message().starts_with("cannot load CA " + other_ca.ca)) << refused.error().message();
+  // Garbled after its header: ignored, and replaced by the next full handshake's ticket.
+  write_all(dir_.file("ca.pem"), ca);
+  write_all(kept, good.substr(0, good.find('\n', good.find('\n') + 1) + 1) + "garbage");
+  auto r = client(tls)->request("GET", "/");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_NE(read_all(kept), good.substr(0, good.find('\n', good.find('\n') + 1) + 1) + "garbage");
+  EXPECT_NE(read_all(kept).find("corral TLS session 1\n"), std::string::npos);
+}
+
+// A coordinator restarted since the ticket was kept cannot open it: the client falls back
+// to a full handshake, reading the CA it had put off, and says why when the CA is unusable.
+TEST_F(NetTest, ATicketTheServerCannotOpenFallsBackToAFullHandshakeWithTheCa) {
+  std::string kept = dir_.file("tls-session");
+  ClientTls tls{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept};
+  ASSERT_TRUE(client(tls)->request("GET", "/").has_value());
+
+  EventLoop loop;
+  EchoHandler handler;
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
+  auto restarted = Server::start(loop, opts, handler);
+  ASSERT_TRUE(restarted.has_value()) << restarted.error().message();
+  std::thread thread([&loop] { loop.run(); });
+  std::string url = "https://127.0.0.1:" + std::to_string((*restarted)->port());
+  // The same session, named for the restarted server's URL.
+  std::string text = read_all(kept);
+  auto key_end = text.find(" ca=");
+  write_all(kept, text.substr(0, text.find('\n') + 1) + url + text.substr(key_end));
+
+  auto full = HttpClient::create(url, tls, 5s);
+  ASSERT_TRUE(full.has_value()) << full.error().message();
+  auto r = (*full)->request("GET", "/after-restart");
+  EXPECT_TRUE(r.has_value()) << r.error().message();
+
+  write_all(kept, text.substr(0, text.find('\n') + 1) + url + text.substr(key_end));
+  std::string ca = read_all(dir_.file("ca.pem"));
+  write_all(dir_.file("ca.pem"), "not a certificate\n");
+  auto broken = HttpClient::create(url, tls, 5s);
+  ASSERT_TRUE(broken.has_value()) << "the CA is read only if the session is not resumed";
+  auto failed = (*broken)->request("GET", "/");
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_TRUE(failed.error().message().starts_with("cannot load CA " + dir_.file("ca.pem") + ": not a usable PEM file"))
+      << failed.error().message();
+  write_all(dir_.file("ca.pem"), ca);
+
+  loop.post([&] { (*restarted)->stop(); loop.stop(); });
+  thread.join();
+}
+
 // Sends `request` over TLS and keeps its own side open; how long the server took to close
 // the connection (at most `limit`, then nullopt).
 std::optional<std::chrono::milliseconds> time_until_closed(int port, const std::string& request,
