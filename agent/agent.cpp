@@ -534,24 +534,32 @@ void Agent::on_swept(const Key& key, const std::string& left) {
   // Confirmed dead; its GPUs go back only once nothing else holds them either (a process
   // that left the job's groups and environment, or a CUDA context the driver has not torn
   // down yet). A leftover attempt's GPUs come from its markers: no survey needed.
-  if (!hooks_.compute_apps || job.gpu_uuids.empty()) return attempt_gone(key, {});
+  if (!hooks_.compute_apps || job.gpu_uuids.empty()) return attempt_gone(key, std::vector<std::string>{});
   offload(
       *work_,
-      [apps = hooks_.compute_apps, uuids = job.gpu_uuids] {
+      [apps = hooks_.compute_apps, uuids = job.gpu_uuids]() -> Result<std::vector<std::string>> {
         auto listed = apps();
-        if (!listed) return std::vector<std::string>{"cannot check: " + listed.error().message()};
+        if (!listed) return std::unexpected(listed.error());
         return gpus_still_held(*listed, uuids);
       },
-      [this, key](const std::vector<std::string>& held) { attempt_gone(key, held); });
+      [this, key](const Result<std::vector<std::string>>& held) { attempt_gone(key, held); });
 }
 
-void Agent::attempt_gone(const Key& key, const std::vector<std::string>& gpus_held) {
+void Agent::attempt_gone(const Key& key, const Result<std::vector<std::string>>& gpus_held) {
   auto it = jobs_.find(key);
   if (it == jobs_.end()) return;
-  if (!gpus_held.empty()) {
+  // A GPU that may still be held is not handed to another job: the node drains, whether
+  // a process was seen on it or the driver could not be asked.
+  std::string job_name = "job " + std::to_string(key.first);
+  if (!gpus_held) {
+    health_error_ = "cannot tell whether the GPUs of " + job_name +
+                    " are free after it was killed: " + gpus_held.error().message();
+  } else if (!gpus_held->empty()) {
     std::string what;
-    for (const auto& h : gpus_held) what += (what.empty() ? "" : "; ") + h;
-    health_error_ = "GPU still in use after job " + std::to_string(key.first) + " was killed: " + what;
+    for (const auto& h : *gpus_held) what += (what.empty() ? "" : "; ") + h;
+    health_error_ = "GPU still in use after " + job_name + " was killed: " + what;
+  }
+  if (!gpus_held || !gpus_held->empty()) {
     spdlog::error("{}", health_error_);
     send(protocol::Health{health_error_});
   }

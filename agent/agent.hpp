@@ -137,7 +137,7 @@ class Agent {
   void signal_ranks(const Key& key, Duration grace);
   void finish_kill(const Key& key);
   void on_swept(const Key& key, const std::string& left);
-  void attempt_gone(const Key& key, const std::vector<std::string>& gpus_held);
+  void attempt_gone(const Key& key, const Result<std::vector<std::string>>& gpus_held);
   void remember_finished(const Key& key);
   void release_job_resources(Job& job);
   void kill_orphans();

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -118,6 +119,10 @@ class AgentClusterTest : public ::testing::Test {
   std::string two_node(const std::string& command, const std::string& extra = "") {
     return "name: t\ncommand: " + command + "\nresources: {nodes: 2, gpus_per_node: 2}\n" + extra;
   }
+
+  std::pair<model::JobId, std::string> kill_b_under_a_job_then_restart_it_with(
+      const std::function<std::string(const std::string& uuid)>& apps_csv);
+  Json node_b_once_drained();
 
   testing::TempDir dir_;
   std::string sim_ = dir_.file("sim.yaml");
@@ -592,28 +597,27 @@ TEST_F(AgentClusterTest, AnAgentRestartedWithinNodeTimeoutEndsTheJobsOfTheRanksI
   EXPECT_TRUE(all_gone(running));
 }
 
-// An agent SIGKILLed under a running job, and a process outside the job (here a plain
-// sleep, as a CUDA context the driver has not torn down would be) still on one of the
-// job's GPUs on that node. The next agent kills the ranks it finds, learns their GPUs
-// from its predecessor's markers (its own survey may not be done), and keeps the node
-// out of service, naming the GPU and the process, instead of handing the GPU on.
-TEST_F(AgentClusterTest, AGpuStillHeldWhenARestartedAgentSweptItsPredecessorsRanksDrainsTheNode) {
+// gpu-b's agent SIGKILLed under a running two-node job; its next start reads `apps_csv`
+// as the node's compute processes. Returns the job and the UUID of its GPU on gpu-b.
+std::pair<model::JobId, std::string> AgentClusterTest::kill_b_under_a_job_then_restart_it_with(
+    const std::function<std::string(const std::string& uuid)>& apps_csv) {
   model::JobId id = submit(two_node("[sleep, '300']"));
-  ASSERT_TRUE(reaches(id, "RUNNING"));
+  EXPECT_TRUE(reaches(id, "RUNNING"));
   Json j = job(id);
   std::string uuid;
   for (const auto& r : j["ranks"]) {
     if (r["node"] == "gpu-b") uuid = r["gpu_uuids"][0];
   }
-  ASSERT_FALSE(uuid.empty()) << j.dump(2);
+  EXPECT_FALSE(uuid.empty()) << j.dump(2);
   b_->kill9();
-  testing::Child holder;
-  ASSERT_TRUE(holder.start({"sleep", "300"}));
-  std::ofstream(dir_.file("apps.csv")) << holder.pid() << ", " << uuid << ", 1024\n";
+  std::ofstream(dir_.file("apps.csv")) << apps_csv(uuid);
   std::ofstream(sim_, std::ios::app) << "compute_apps: apps.csv\n";  // read by gpu-b's next start only
-  ASSERT_TRUE(b_->start());
-  const std::string expected = "GPU still in use after job " + std::to_string(id) + " was killed: " + uuid +
-                               " by pid " + std::to_string(holder.pid());
+  EXPECT_TRUE(b_->start());
+  return {id, uuid};
+}
+
+// gpu-b as soon as it is drained (or as it is after 15 s).
+Json AgentClusterTest::node_b_once_drained() {
   Json b;
   EXPECT_TRUE(eventually(
       [&] {
@@ -624,9 +628,38 @@ TEST_F(AgentClusterTest, AGpuStillHeldWhenARestartedAgentSweptItsPredecessorsRan
       },
       15s))
       << b.dump(2);
+  return b;
+}
+
+// An agent SIGKILLed under a running job, and a process outside the job (here a plain
+// sleep, as a CUDA context the driver has not torn down would be) still on one of the
+// job's GPUs on that node. The next agent kills the ranks it finds, learns their GPUs
+// from its predecessor's markers (its own survey may not be done), and keeps the node
+// out of service, naming the GPU and the process, instead of handing the GPU on.
+TEST_F(AgentClusterTest, AGpuStillHeldWhenARestartedAgentSweptItsPredecessorsRanksDrainsTheNode) {
+  testing::Child holder;
+  ASSERT_TRUE(holder.start({"sleep", "300"}));
+  auto [id, uuid] = kill_b_under_a_job_then_restart_it_with(
+      [&](const std::string& gpu) { return std::to_string(holder.pid()) + ", " + gpu + ", 1024\n"; });
+  const std::string expected = "GPU still in use after job " + std::to_string(id) + " was killed: " + uuid +
+                               " by pid " + std::to_string(holder.pid());
+  Json b = node_b_once_drained();
   EXPECT_NE(b["reason"].get<std::string>().find(expected), std::string::npos) << b.dump(2);
   Json end = wait_end(id);
   EXPECT_TRUE(end["state"] == "FAILED" || end["state"] == "NODE_FAIL") << end.dump(2);
+}
+
+// The same, but the driver cannot be asked (here a compute-apps file nvidia-smi would
+// never print): the GPUs are not handed on either, and the reason says it could not tell.
+TEST_F(AgentClusterTest, AGpuCheckThatFailsAfterARestartedAgentSweptItsPredecessorsRanksDrainsTheNodeSayingSo) {
+  auto [id, uuid] = kill_b_under_a_job_then_restart_it_with([](const std::string& gpu) { return "812, " + gpu + "\n"; });
+  Json b = node_b_once_drained();
+  const std::string reason = b["reason"].get<std::string>();
+  EXPECT_NE(reason.find("cannot tell whether the GPUs of job " + std::to_string(id) + " are free after it was killed: "),
+            std::string::npos)
+      << b.dump(2);
+  EXPECT_NE(reason.find("apps.csv"), std::string::npos) << b.dump(2);
+  EXPECT_EQ(reason.find("GPU still in use"), std::string::npos) << b.dump(2);
 }
 
 TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinatorRestarting) {
