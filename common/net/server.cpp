@@ -180,8 +180,17 @@ std::string address_text(const tcp::socket& socket) {
   return ec ? std::string("unknown") : ep.address().to_string();
 }
 
-std::string endpoint_text(const local::socket&) { return kLocalAddress; }
-std::string address_text(const local::socket&) { return kLocalAddress; }
+// A local client is known by its user (the kernel's SO_PEERCRED), so that one user's
+// connections do not use up the budget of everyone else on the coordinator's machine.
+std::string address_text(const local::socket& socket) {
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (::getsockopt(const_cast<local::socket&>(socket).native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+    return kLocalAddress;
+  }
+  return std::string(kLocalAddress) + " uid " + std::to_string(peer.uid);
+}
+std::string endpoint_text(const local::socket& socket) { return address_text(socket); }
 
 std::string json_error(const std::string& message) {
   std::string escaped;

@@ -12,6 +12,9 @@
 
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/uio.h>
+#include <cstring>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -610,6 +613,90 @@ class NetLocalTest : public NetTest {
   std::string socket_ = dir_.file("run/coordinator.sock");  // its folder made by the server
 };
 
+// Local clients' shares of the server are per user (SO_PEERCRED), not one for the machine.
+class NetLocalLimitsTest : public NetLocalTest {
+ protected:
+  void configure(ServerOptions& opts) override {
+    NetLocalTest::configure(opts);
+    opts.max_connections_per_address = 2;
+  }
+  void TearDown() override {
+    for (int fd : opened_) ::close(fd);
+    NetLocalTest::TearDown();
+  }
+
+  // A connection to the socket that says nothing, made by a process running as `uid`
+  // (which passes it back), so that the server sees that user as its peer.
+  int silent_as(uid_t uid) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return -1;
+    pid_t child = ::fork();
+    if (child == 0) {
+      if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) ::_exit(1);
+      int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un a = unix_address(socket_);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) ::_exit(2);
+      char byte = 0;
+      iovec io{&byte, 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr m{};
+      m.msg_iov = &io;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+      ::_exit(::sendmsg(pair[1], &m, 0) == 1 ? 0 : 3);
+    }
+    ::close(pair[1]);
+    char byte = 0;
+    iovec io{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    int fd = -1;
+    if (::recvmsg(pair[0], &m, 0) == 1 && CMSG_FIRSTHDR(&m) != nullptr) {
+      std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+    }
+    ::close(pair[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not connect as " << uid;
+    if (fd >= 0) opened_.push_back(fd);
+    return fd;
+  }
+
+  static bool closed(int fd, std::chrono::milliseconds wait = 0ms) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
+    char c;
+    return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+  }
+
+  std::vector<int> opened_;
+};
+
+TEST_F(NetLocalLimitsTest, OneUserCannotTakeAnothersShareOfTheLocalSocket) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to connect as another user";
+  // Another user must reach the socket, as on a real coordinator's machine.
+  std::filesystem::permissions(dir_.path(), std::filesystem::perms(0755));
+  int other = silent_as(65534);
+  ASSERT_GE(other, 0);
+  std::vector<int> mine;
+  for (int i = 0; i < 3; ++i) mine.push_back(silent_as(0));
+  // The third from root closed root's oldest, and not nobody's.
+  EXPECT_TRUE(closed(mine[0], 1s));
+  EXPECT_FALSE(closed(mine[1]));
+  EXPECT_FALSE(closed(mine[2]));
+  EXPECT_FALSE(closed(other));
+}
+
 TEST_F(NetLocalTest, ServesTheSameHandlerOverTheLocalSocketWithKeepAlive) {
   struct stat st {};
   ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
@@ -624,7 +711,7 @@ TEST_F(NetLocalTest, ServesTheSameHandlerOverTheLocalSocketWithKeepAlive) {
   }
   std::promise<std::string> remote;
   loop_.post([&] { remote.set_value(handler_.last.remote); });
-  EXPECT_EQ(remote.get_future().get(), "local");
+  EXPECT_EQ(remote.get_future().get(), "local uid " + std::to_string(::geteuid())) << "known by its user";
   // TLS goes on beside it.
   auto r = client({dir_.file("ca.pem"), "", ""})->request("GET", "/tls");
   ASSERT_TRUE(r.has_value()) << r.error().message();
