@@ -18,9 +18,13 @@ Result<void> HttpApiClient::connect() {
   // create() fails on a malformed URL or an unreadable CA file: both are settings to fix,
   // hence InvalidArgument (exit 2), not a connection failure.
   if (!settings->session_file.empty()) {
-    // The folder may not exist yet when the settings come from the environment alone.
+    // The folder may not exist yet when the settings come from the environment alone;
+    // made, it is the user's alone.
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(settings->session_file).parent_path(), ec);
+    auto folder = std::filesystem::path(settings->session_file).parent_path();
+    if (std::filesystem::create_directories(folder, ec)) {
+      std::filesystem::permissions(folder, std::filesystem::perms::owner_all, ec);
+    }
   }
   auto http = net::HttpClient::create(
       settings->url, net::ClientTls{.ca = settings->ca, .cert = "", .key = "", .session_file = settings->session_file},

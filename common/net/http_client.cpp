@@ -8,12 +8,14 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <fstream>
+#include <charconv>
 #include <ctime>
-#include <iterator>
 #include <optional>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "common/core/files.hpp"
 #include "common/net/tls_util.hpp"
@@ -35,30 +37,66 @@ struct SessionFree {
 using SessionPtr = std::unique_ptr<SSL_SESSION, SessionFree>;
 
 // A session file: a first line naming the format, a second naming what the session is
-// good for (the URL, CA and client certificate), then the session in DER.
-constexpr std::string_view kSessionMagic = "corral TLS session 1\n";
+// good for (the URL, CA and client certificate), a third when the server's certificate
+// was last verified (a full handshake; resuming carries that time on), then the session
+// in DER.
+constexpr std::string_view kSessionMagic = "corral TLS session 2\n";
 constexpr std::size_t kMaxSessionFile = 64 * 1024;
+// However often it is resumed, a session stands for a verification this long at most
+// (RFC 8446 4.6.1 caps a resumption chain's life); then a full handshake verifies again.
+constexpr std::int64_t kMaxVerifiedAge = 24 * 3600;
 
 std::string session_key(const std::string& url, const ClientTls& tls) {
   return url + " ca=" + tls.ca + " cert=" + tls.cert + "\n";
 }
 
-// The kept session when it is for `key` and can still be resumed; null otherwise.
-SessionPtr read_session(const std::string& path, const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return nullptr;
-  std::string text(kMaxSessionFile + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  std::string header = std::string(kSessionMagic) + key;
-  if (text.size() > kMaxSessionFile || !text.starts_with(header)) return nullptr;
-  const auto* der = reinterpret_cast<const unsigned char*>(text.data() + header.size());
-  SessionPtr session(d2i_SSL_SESSION(nullptr, &der, static_cast<long>(text.size() - header.size())));
-  if (!session || SSL_SESSION_is_resumable(session.get()) != 1) return nullptr;
+struct KeptSession {
+  SessionPtr session;
+  std::int64_t verified_at = 0;  // seconds since the epoch
+};
+
+// The file's bytes, when it is a regular file of this user's that nobody else can read
+// or write: a session stands for the server's verified identity, so one planted by
+// someone else (or readable by them) is not used.
+std::optional<std::string> read_own_private_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> text;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0 &&
+      st.st_size <= static_cast<off_t>(kMaxSessionFile)) {
+    text.emplace(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t done = 0;
+    while (done < text->size()) {
+      ssize_t n = ::read(fd, text->data() + done, text->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    text->resize(done);
+  }
+  ::close(fd);
+  return text;
+}
+
+// The kept session when it is for `key` and can still be resumed; empty otherwise.
+KeptSession read_session(const std::string& path, const std::string& key, std::int64_t now) {
+  auto text = read_own_private_file(path);
+  std::string header = std::string(kSessionMagic) + key + "verified ";
+  if (!text || !text->starts_with(header)) return {};
+  std::size_t line_end = text->find('\n', header.size());
+  if (line_end == std::string::npos) return {};
+  std::int64_t verified_at = 0;
+  auto [end, err] = std::from_chars(text->data() + header.size(), text->data() + line_end, verified_at);
+  if (err != std::errc() || end != text->data() + line_end || verified_at > now || now - verified_at >= kMaxVerifiedAge) {
+    return {};
+  }
+  const auto* der = reinterpret_cast<const unsigned char*>(text->data() + line_end + 1);
+  SessionPtr session(d2i_SSL_SESSION(nullptr, &der, static_cast<long>(text->size() - line_end - 1)));
+  if (!session || SSL_SESSION_is_resumable(session.get()) != 1) return {};
   // A ticket past its lifetime would be offered and refused: not worth sending.
-  auto now = static_cast<long>(std::time(nullptr));
-  if (SSL_SESSION_get_time(session.get()) + SSL_SESSION_get_timeout(session.get()) <= now) return nullptr;
-  return session;
+  if (SSL_SESSION_get_time(session.get()) + SSL_SESSION_get_timeout(session.get()) <= now) return {};
+  return {std::move(session), verified_at};
 }
 
 // One DER element: where its contents start and end. nullopt when it runs past `end`.
@@ -108,13 +146,14 @@ std::string without_peer_certificate(std::string der) {
   return "\x30" + der_length(fields.size()) + fields;
 }
 
-void write_session(const std::string& path, const std::string& key, SSL_SESSION* session) {
+void write_session(const std::string& path, const std::string& key, SSL_SESSION* session, std::int64_t verified_at) {
   int size = i2d_SSL_SESSION(session, nullptr);
   if (size <= 0) return;
   std::string der(static_cast<std::size_t>(size), '\0');
   auto* out = reinterpret_cast<unsigned char*>(der.data());
   if (i2d_SSL_SESSION(session, &out) != size) return;
-  std::string text = std::string(kSessionMagic) + key + without_peer_certificate(std::move(der));
+  std::string text = std::string(kSessionMagic) + key + "verified " + std::to_string(verified_at) + "\n" +
+                     without_peer_certificate(std::move(der));
   // Best effort: without the file the next command makes a full handshake, nothing worse.
   (void)write_file_atomically(path, text, 0600, Survives::kill);
 }
@@ -132,8 +171,9 @@ struct HttpClient::Impl {
   bool ca_deferred = false;  // the CA is read only if the kept session is not resumed
   std::string session_file;  // ClientTls::session_file
   std::string session_key;
-  SessionPtr session;         // the latest session the server gave, or the one kept
-  bool session_saved = true;  // `session` is what the file holds
+  SessionPtr session;             // the latest session the server gave, or the one kept
+  std::int64_t verified_at = 0;   // when `session`'s server was last verified
+  bool session_saved = true;      // `session` is what the file holds
   std::optional<beast::ssl_stream<beast::tcp_stream>> stream;
   std::optional<beast::basic_stream<local>> local_stream;
   beast::flat_buffer buffer;
@@ -200,6 +240,8 @@ struct HttpClient::Impl {
 
   static int on_new_session(SSL* ssl, SSL_SESSION* s) {
     auto* self = static_cast<Impl*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), impl_index()));
+    // A resumed handshake verified nothing: its tickets carry the earlier verification on.
+    if (SSL_session_reused(ssl) != 1) self->verified_at = static_cast<std::int64_t>(std::time(nullptr));
     self->session.reset(s);
     self->session_saved = false;
     return 1;  // the reference is ours
@@ -214,7 +256,7 @@ struct HttpClient::Impl {
 
   void save_session() {
     if (session_saved || session_file.empty() || !session) return;
-    write_session(session_file, session_key, session.get());
+    write_session(session_file, session_key, session.get(), verified_at);
     session_saved = true;
   }
 
@@ -303,7 +345,9 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
   if (!tls.session_file.empty()) {
     impl->session_file = tls.session_file;
     impl->session_key = session_key(url, tls);
-    impl->session = read_session(impl->session_file, impl->session_key);
+    auto kept = read_session(impl->session_file, impl->session_key, static_cast<std::int64_t>(std::time(nullptr)));
+    impl->session = std::move(kept.session);
+    impl->verified_at = kept.verified_at;
   }
   // A session to resume spares reading the CA, as it spares verifying the server.
   impl->ca_deferred = impl->session != nullptr;

@@ -180,65 +180,128 @@ std::string read_all(const std::string& path) {
 
 void write_all(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
-TEST_F(NetTest, AKeptSessionIsResumedByTheNextClientWhichThenNeedsNoCa) {
-  std::string kept = dir_.file("tls-session");
-  ClientTls tls{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept};
-  auto first = client(tls)->request("GET", "/a");
-  ASSERT_TRUE(first.has_value()) << first.error().message();
-  struct stat st {};
-  ASSERT_EQ(::stat(kept.c_str(), &st), 0) << "the server's ticket was not kept";
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_TRUE(read_all(kept).starts_with("corral TLS session 1\n" + url_ + " ca=" + dir_.file("ca.pem")));
-  // Without the server's certificate (its issuer's name would be in it), which resuming
-  // does not need and which would cost the next command more to decode than it saves.
-  EXPECT_EQ(read_all(kept).find("corral test CA"), std::string::npos);
-
-  // A full handshake would have to read the CA: with it unusable, only a resumed session
-  // gets through. Twice: the ticket the resumed connection brought is kept in turn.
-  std::string ca = read_all(dir_.file("ca.pem"));
-  write_all(dir_.file("ca.pem"), "not a certificate\n");
-  for (int i = 0; i < 2; ++i) {
-    auto again = client(tls)->request("GET", "/b");
-    ASSERT_TRUE(again.has_value()) << again.error().message();
-    EXPECT_EQ(again->status, 200);
-  }
-  // Without the kept session, the same client fails on the CA at once.
-  std::filesystem::remove(kept);
-  auto fresh = HttpClient::create(url_, tls, 5s);
-  ASSERT_FALSE(fresh.has_value());
-  EXPECT_TRUE(fresh.error().message().starts_with("cannot load CA")) << fresh.error().message();
-  write_all(dir_.file("ca.pem"), ca);
+// As the client writes a session file: this user's, mode 0600.
+void write_private(const std::string& path, const std::string& text) {
+  std::filesystem::remove(path);
+  write_all(path, text);
+  ::chmod(path.c_str(), 0600);
 }
 
-TEST_F(NetTest, AKeptSessionForAnotherUrlOrCaOrAGarbledOneIsIgnored) {
-  std::string kept = dir_.file("tls-session");
-  ClientTls tls{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept};
-  ASSERT_TRUE(client(tls)->request("GET", "/").has_value());
-  std::string good = read_all(kept);
-  std::string ca = read_all(dir_.file("ca.pem"));
-  write_all(dir_.file("ca.pem"), "not a certificate\n");
-  // Kept for this server, but under another CA's name: not offered, so the CA is read.
-  ClientTls other_ca = tls;
-  other_ca.ca = dir_.file("ca-copy.pem");
-  write_all(other_ca.ca, "not a certificate\n");
-  auto refused = HttpClient::create(url_, other_ca, 5s);
-  ASSERT_FALSE(refused.has_value());
-  EXPECT_TRUE(refused.error().message().starts_with("cannot load CA " + other_ca.ca)) << refused.error().message();
-  // Garbled after its header: ignored, and replaced by the next full handshake's ticket.
-  write_all(dir_.file("ca.pem"), ca);
-  write_all(kept, good.substr(0, good.find('\n', good.find('\n') + 1) + 1) + "garbage");
-  auto r = client(tls)->request("GET", "/");
-  ASSERT_TRUE(r.has_value()) << r.error().message();
-  EXPECT_NE(read_all(kept), good.substr(0, good.find('\n', good.find('\n') + 1) + 1) + "garbage");
-  EXPECT_NE(read_all(kept).find("corral TLS session 1\n"), std::string::npos);
+// A kept session file's lines: format, what it is for, when verified; then the session.
+struct SessionFile {
+  std::string format, key, verified, der;
+  explicit SessionFile(const std::string& text) {
+    std::size_t a = text.find('\n'), b = text.find('\n', a + 1), c = text.find('\n', b + 1);
+    format = text.substr(0, a + 1);
+    key = text.substr(a + 1, b - a);
+    verified = text.substr(b + 1, c - b);
+    der = text.substr(c + 1);
+  }
+  std::string text() const { return format + key + verified + der; }
+};
+
+class NetSessionTest : public NetTest {
+ protected:
+  // Replaces ca.pem with something that is no certificate: from then on only a resumed
+  // session gets through, since a full handshake must read the CA.
+  void break_the_ca() {
+    ca_text_ = read_all(dir_.file("ca.pem"));
+    write_all(dir_.file("ca.pem"), "not a certificate\n");
+  }
+  void mend_the_ca() { write_all(dir_.file("ca.pem"), ca_text_); }
+  // Whether a new client (a new command) gets an answer, resuming or not.
+  bool answered(const ClientTls& tls, const std::string& url) {
+    auto c = HttpClient::create(url, tls, 5s);
+    if (!c) return false;
+    auto r = (*c)->request("GET", "/");
+    return r.has_value() && r->status == 200;
+  }
+
+  std::string kept_ = dir_.file("tls-session");
+  ClientTls tls_{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept_};
+  std::string ca_text_;
+};
+
+TEST_F(NetSessionTest, AKeptSessionIsResumedByTheNextClientWhichThenNeedsNoCa) {
+  auto first = client(tls_)->request("GET", "/a");
+  ASSERT_TRUE(first.has_value()) << first.error().message();
+  struct stat st {};
+  ASSERT_EQ(::stat(kept_.c_str(), &st), 0) << "the server's ticket was not kept";
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  SessionFile file(read_all(kept_));
+  EXPECT_EQ(file.format, "corral TLS session 2\n");
+  EXPECT_EQ(file.key, url_ + " ca=" + dir_.file("ca.pem") + " cert=\n");
+  EXPECT_TRUE(file.verified.starts_with("verified ")) << file.verified;
+  // Without the server's certificate (its issuer's name would be in it), which resuming
+  // does not need and which would cost the next command more to decode than it saves.
+  EXPECT_EQ(file.der.find("corral test CA"), std::string::npos);
+
+  // Twice: the ticket the resumed connection brought is kept in turn, with the time of
+  // the verification it stands for carried on, not renewed.
+  file.verified = "verified " + std::to_string(static_cast<long long>(std::time(nullptr)) - 100) + "\n";
+  write_private(kept_, file.text());
+  break_the_ca();
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(answered(tls_, url_)) << "not resumed, " << i;
+  SessionFile after(read_all(kept_));
+  EXPECT_NE(after.der, file.der) << "the new ticket was not kept";
+  EXPECT_EQ(after.verified, file.verified);
+  // Without the kept session, the same client fails on the CA at once.
+  std::filesystem::remove(kept_);
+  auto fresh = HttpClient::create(url_, tls_, 5s);
+  ASSERT_FALSE(fresh.has_value());
+  EXPECT_TRUE(fresh.error().message().starts_with("cannot load CA")) << fresh.error().message();
+}
+
+// A session stands for the server's verified identity: one that is not for this URL and
+// CA, that someone else could have written or read, or whose verification is a day old
+// is not offered, and the client verifies the server again (here: fails on the broken CA).
+TEST_F(NetSessionTest, ASessionForAnotherUrlOrCaNotPrivateOrVerifiedADayAgoIsNotOffered) {
+  ASSERT_TRUE(answered(tls_, url_));
+  const SessionFile good(read_all(kept_));
+  break_the_ca();
+  ASSERT_TRUE(answered(tls_, url_)) << "the untouched file must resume";
+
+  auto offered = [&](const std::string& text, mode_t mode = 0600) {
+    write_private(kept_, text);
+    ::chmod(kept_.c_str(), mode);
+    return answered(tls_, url_);
+  };
+  SessionFile other = good;
+  other.key = "https://127.0.0.1:1 ca=" + dir_.file("ca.pem") + " cert=\n";
+  EXPECT_FALSE(offered(other.text())) << "another URL's";
+  other = good;
+  other.key = url_ + " ca=" + dir_.file("other-ca.pem") + " cert=\n";
+  EXPECT_FALSE(offered(other.text())) << "another CA's";
+  EXPECT_FALSE(offered(good.text(), 0644)) << "readable by others";
+  EXPECT_FALSE(offered(good.text(), 0620)) << "writable by the group";
+  other = good;
+  auto now = static_cast<long long>(std::time(nullptr));
+  other.verified = "verified " + std::to_string(now - 24 * 3600 - 5) + "\n";
+  EXPECT_FALSE(offered(other.text())) << "verified over a day ago";
+  other.verified = "verified " + std::to_string(now + 3600) + "\n";
+  EXPECT_FALSE(offered(other.text())) << "verified in the future";
+  other.verified = "verified soon\n";
+  EXPECT_FALSE(offered(other.text())) << "no time";
+  other = good;
+  other.der = "garbage";
+  EXPECT_FALSE(offered(other.text())) << "garbled";
+  // A link to a good file is not followed.
+  write_private(dir_.file("elsewhere"), good.text());
+  std::filesystem::remove(kept_);
+  std::filesystem::create_symlink(dir_.file("elsewhere"), kept_);
+  EXPECT_FALSE(answered(tls_, url_)) << "through a link";
+  // And the good one, restored, still is.
+  std::filesystem::remove(kept_);
+  other = good;
+  other.verified = "verified " + std::to_string(now - 24 * 3600 + 60) + "\n";
+  EXPECT_TRUE(offered(other.text())) << "verified just under a day ago";
+  mend_the_ca();
 }
 
 // A coordinator restarted since the ticket was kept cannot open it: the client falls back
 // to a full handshake, reading the CA it had put off, and says why when the CA is unusable.
-TEST_F(NetTest, ATicketTheServerCannotOpenFallsBackToAFullHandshakeWithTheCa) {
-  std::string kept = dir_.file("tls-session");
-  ClientTls tls{.ca = dir_.file("ca.pem"), .cert = "", .key = "", .session_file = kept};
-  ASSERT_TRUE(client(tls)->request("GET", "/").has_value());
+TEST_F(NetSessionTest, ATicketTheServerCannotOpenFallsBackToAFullHandshakeWithTheCa) {
+  ASSERT_TRUE(answered(tls_, url_));
 
   EventLoop loop;
   EchoHandler handler;
@@ -250,25 +313,22 @@ TEST_F(NetTest, ATicketTheServerCannotOpenFallsBackToAFullHandshakeWithTheCa) {
   std::thread thread([&loop] { loop.run(); });
   std::string url = "https://127.0.0.1:" + std::to_string((*restarted)->port());
   // The same session, named for the restarted server's URL.
-  std::string text = read_all(kept);
-  auto key_end = text.find(" ca=");
-  write_all(kept, text.substr(0, text.find('\n') + 1) + url + text.substr(key_end));
+  SessionFile moved(read_all(kept_));
+  moved.key = url + " ca=" + dir_.file("ca.pem") + " cert=\n";
+  moved.verified = "verified " + std::to_string(static_cast<long long>(std::time(nullptr)) - 100) + "\n";
+  write_private(kept_, moved.text());
+  EXPECT_TRUE(answered(tls_, url));
+  EXPECT_NE(SessionFile(read_all(kept_)).verified, moved.verified) << "a full handshake verifies anew";
 
-  auto full = HttpClient::create(url, tls, 5s);
-  ASSERT_TRUE(full.has_value()) << full.error().message();
-  auto r = (*full)->request("GET", "/after-restart");
-  EXPECT_TRUE(r.has_value()) << r.error().message();
-
-  write_all(kept, text.substr(0, text.find('\n') + 1) + url + text.substr(key_end));
-  std::string ca = read_all(dir_.file("ca.pem"));
-  write_all(dir_.file("ca.pem"), "not a certificate\n");
-  auto broken = HttpClient::create(url, tls, 5s);
+  write_private(kept_, moved.text());
+  break_the_ca();
+  auto broken = HttpClient::create(url, tls_, 5s);
   ASSERT_TRUE(broken.has_value()) << "the CA is read only if the session is not resumed";
   auto failed = (*broken)->request("GET", "/");
   ASSERT_FALSE(failed.has_value());
   EXPECT_TRUE(failed.error().message().starts_with("cannot load CA " + dir_.file("ca.pem") + ": not a usable PEM file"))
       << failed.error().message();
-  write_all(dir_.file("ca.pem"), ca);
+  mend_the_ca();
 
   loop.post([&] { (*restarted)->stop(); loop.stop(); });
   thread.join();
