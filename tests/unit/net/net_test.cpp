@@ -509,6 +509,14 @@ TEST(Pki, AgentCertificateCarriesTheNodeName) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
+// Whether the server closed `fd`, waiting up to `wait` for it to.
+bool closed(int fd, std::chrono::milliseconds wait = 0ms) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
+  char c;
+  return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
 // A server with room for four connections, two from one address, and deadlines short
 // enough to watch.
 class NetLimitsTest : public NetTest {
@@ -534,14 +542,6 @@ class NetLimitsTest : public NetTest {
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
     opened_.push_back(fd);
     return fd;
-  }
-
-  // Whether the server closed `fd`, waiting up to `wait` for it to.
-  static bool closed(int fd, std::chrono::milliseconds wait = 0ms) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
-    char c;
-    return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
   }
 
   // How many connections the server holds, as seen from its loop.
@@ -685,6 +685,22 @@ class NetLocalLimitsTest : public NetLocalTest {
     NetLocalTest::TearDown();
   }
 
+  // One byte and room for one file descriptor, as sent and received with SCM_RIGHTS.
+  struct FdMessage {
+    char byte = 0;
+    iovec io{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr m{};
+    FdMessage() {
+      m.msg_iov = &io;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof(control);
+    }
+    FdMessage(const FdMessage&) = delete;
+    FdMessage& operator=(const FdMessage&) = delete;
+  };
+
   // A connection to the socket that says nothing, made by a process running as `uid`
   // (which passes it back), so that the server sees that user as its peer.
   int silent_as(uid_t uid) {
@@ -696,33 +712,19 @@ class NetLocalLimitsTest : public NetLocalTest {
       int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
       sockaddr_un a = unix_address(socket_);
       if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) ::_exit(2);
-      char byte = 0;
-      iovec io{&byte, 1};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr m{};
-      m.msg_iov = &io;
-      m.msg_iovlen = 1;
-      m.msg_control = control;
-      m.msg_controllen = sizeof(control);
-      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      FdMessage out;
+      cmsghdr* c = CMSG_FIRSTHDR(&out.m);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
       c->cmsg_len = CMSG_LEN(sizeof(int));
       std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-      ::_exit(::sendmsg(pair[1], &m, 0) == 1 ? 0 : 3);
+      ::_exit(::sendmsg(pair[1], &out.m, 0) == 1 ? 0 : 3);
     }
     ::close(pair[1]);
-    char byte = 0;
-    iovec io{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr m{};
-    m.msg_iov = &io;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof(control);
+    FdMessage in;
     int fd = -1;
-    if (::recvmsg(pair[0], &m, 0) == 1 && CMSG_FIRSTHDR(&m) != nullptr) {
-      std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+    if (::recvmsg(pair[0], &in.m, 0) == 1 && CMSG_FIRSTHDR(&in.m) != nullptr) {
+      std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&in.m)), sizeof(int));
     }
     ::close(pair[0]);
     int status = 0;
@@ -730,13 +732,6 @@ class NetLocalLimitsTest : public NetLocalTest {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not connect as " << uid;
     if (fd >= 0) opened_.push_back(fd);
     return fd;
-  }
-
-  static bool closed(int fd, std::chrono::milliseconds wait = 0ms) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
-    char c;
-    return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
   }
 
   std::vector<int> opened_;
