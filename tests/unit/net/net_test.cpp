@@ -25,6 +25,7 @@
 #include "common/net/http_client.hpp"
 #include "common/net/pki.hpp"
 #include "common/net/server.hpp"
+#include "common/net/tls_session.hpp"
 #include "common/net/ws_client.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/raw_tls.hpp"
@@ -296,6 +297,41 @@ TEST_F(NetSessionTest, ASessionForAnotherUrlOrCaNotPrivateOrVerifiedADayAgoIsNot
   other.verified = "verified " + std::to_string(now - 24 * 3600 + 60) + "\n";
   EXPECT_TRUE(offered(other.text())) << "verified just under a day ago";
   mend_the_ca();
+}
+
+// DER element: tag, length (short or long form), contents.
+std::string der(unsigned char tag, const std::string& contents) {
+  std::string out(1, static_cast<char>(tag));
+  std::size_t n = contents.size();
+  if (n < 0x80) {
+    out += static_cast<char>(n);
+  } else if (n < 0x100) {
+    out += "\x81";
+    out += static_cast<char>(n);
+  } else {
+    out += "\x82";
+    out += static_cast<char>(n >> 8);
+    out += static_cast<char>(n & 0xff);
+  }
+  return out + contents;
+}
+
+TEST(TlsSessionFile, OnlyTheTopLevelPeerCertificateFieldIsLeftOut) {
+  const std::string version = der(0x02, "\x01");
+  const std::string master = der(0x04, std::string(200, 'k'));          // a long-form length
+  const std::string inner_three = der(0x30, der(0xa3, "nested"));      // not at the top: kept
+  const std::string peer = der(0xa3, der(0x30, std::string(300, 'c')));  // the certificate
+  const std::string after = der(0xa4, der(0x02, "\x05"));
+  EXPECT_EQ(without_peer_certificate(der(0x30, version + master + peer + inner_three + after)),
+            der(0x30, version + master + inner_three + after));
+  // Nothing to leave out: the same bytes.
+  const std::string plain = der(0x30, version + master + after);
+  EXPECT_EQ(without_peer_certificate(plain), plain);
+  // Not laid out as expected: unchanged, so OpenSSL alone decides what it is.
+  for (const std::string& odd : {std::string(), std::string("\x30"), plain.substr(0, plain.size() - 1),
+                                 plain + "x", der(0x31, version + peer), der(0x30, version + "\x04\x85")}) {
+    EXPECT_EQ(without_peer_certificate(odd), odd);
+  }
 }
 
 // A coordinator restarted since the ticket was kept cannot open it: the client falls back
