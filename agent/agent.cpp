@@ -287,21 +287,53 @@ void Agent::on_prepare(const protocol::Prepare& m) {
     send(result);
     return;
   }
-  std::error_code ec;
-  fs::create_directories(spool_.attempt_dir(m.job, m.attempt), ec);
-  auto root = start_nccl_root(config_.worker, interface_, spool_.attempt_dir(m.job, m.attempt) + "/nccl-root.log");
+  // Started on the launch thread, as ranks are (its folder made, a fork): the job counts
+  // as launching until it is back, so a kill meanwhile waits for the child to be held.
+  job.launching = true;
+  ++launches_in_flight_;
+  offload(
+      *launcher_,
+      [worker = config_.worker, interface = interface_, dir = spool_.attempt_dir(m.job, m.attempt)] {
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        return start_nccl_root(worker, interface, dir + "/nccl-root.log");
+      },
+      [this, key, prepare = job.prepare, result](const Result<NcclRootChild>& root) {
+        on_nccl_root_started(key, prepare, result, root);
+      });
+}
+
+void Agent::on_nccl_root_started(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
+                                 const Result<NcclRootChild>& root) {
+  --launches_in_flight_;
+  auto it = jobs_.find(key);
+  CORRAL_CHECK(it != jobs_.end());  // a launching job is never erased: kills wait for it
+  Job& job = it->second;
+  job.launching = false;
+  if (root) {
+    job.nccl_root.hold(*root);
+    // It may have exited before it was held here: its exit was kept for it.
+    if (auto e = unclaimed_exits_.find(root->pid); e != unclaimed_exits_.end()) {
+      job.nccl_root.reaped(root->pid);
+      unclaimed_exits_.erase(e);
+    }
+  }
+  if (launches_in_flight_ == 0) unclaimed_exits_.clear();
+  send_synced_when_ready();
+  if (job.killing) {
+    // Killed while it started: the root goes with the job (released with its resources).
+    if (root) ::close(root->id_fd);
+    return signal_ranks(key, job.kill_grace);
+  }
   if (!root) {
     result.error = root.error().message();
     send(result);
     return;
   }
-  job.nccl_root.hold(*root);
   offload(
       *work_,
       [fd = root->id_fd, log = root->log_path] { return read_nccl_root_id(fd, log, std::chrono::seconds(20)); },
-      [this, key, prepare = job.prepare, result](const Result<std::string>& id) {
-        on_nccl_root_answer(key, prepare, result, id);
-      });
+      [this, key, prepare, result](const Result<std::string>& id) { on_nccl_root_answer(key, prepare, result, id); });
 }
 
 void Agent::on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,

@@ -92,7 +92,7 @@ class Agent {
     int probe_fd = -1;          // the master port, held from Prepare until rank 0 starts
     NcclRootHold nccl_root;     // mode nccl: the bootstrap root, from Prepare to the end
     std::uint64_t prepare = 0;  // which Prepare a pending nccl-root answer belongs to
-    bool launching = false;     // its ranks are being started on the launch thread
+    bool launching = false;     // its ranks, or its nccl-root, are being started on the launch thread
     bool killing = false;
     Duration kill_grace{0};     // a kill asked for while launching, done once started
     // Torch mode: where ranks check in (rank 0 listens, the others connect); empty when
@@ -126,6 +126,8 @@ class Agent {
   // exited meanwhile (a command's exit may have held back the reaping of others).
   template <class Work, class Done>
   void offload(net::BlockingWork& pool, Work work, Done done);
+  void on_nccl_root_started(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
+                            const Result<NcclRootChild>& root);
   void on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
                            const Result<std::string>& id);
   void on_started(const Key& key, StartOutcome outcome);

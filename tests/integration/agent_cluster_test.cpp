@@ -123,6 +123,7 @@ class AgentClusterTest : public ::testing::Test {
   std::pair<model::JobId, std::string> kill_b_under_a_job_then_restart_it_with(
       const std::function<std::string(const std::string& uuid)>& apps_csv);
   Json node_b_once_drained();
+  std::unique_ptr<AgentProcess> nccl_node(const std::string& root_body);
 
   testing::TempDir dir_;
   std::string sim_ = dir_.file("sim.yaml");
@@ -660,6 +661,64 @@ TEST_F(AgentClusterTest, AGpuCheckThatFailsAfterARestartedAgentSweptItsPredecess
       << b.dump(2);
   EXPECT_NE(reason.find("apps.csv"), std::string::npos) << b.dump(2);
   EXPECT_EQ(reason.find("GPU still in use"), std::string::npos) << b.dump(2);
+}
+
+// The pid a file holds; 0 while it holds none.
+int pid_in(const std::string& path) {
+  int pid = 0;
+  std::ifstream(path) >> pid;
+  return pid;
+}
+
+// A third node whose worker's nccl-root is `root_body` (a shell script's body; the ID is
+// its first line out), every other command the real worker's; gpu-a and gpu-b drained so
+// that jobs go there.
+std::unique_ptr<AgentProcess> AgentClusterTest::nccl_node(const std::string& root_body) {
+  std::string worker = dir_.file("fake-worker");
+  std::ofstream(worker) << "#!/bin/sh\nif [ \"$1\" = nccl-root ]; then\n" << root_body
+                        << "\nfi\nexec " CORRAL_WORKER_BIN " \"$@\"\n";
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  auto c = std::make_unique<AgentProcess>(coord_, dir_, "gpu-c", sim_);
+  c->configure("worker: " + worker);
+  EXPECT_TRUE(c->start());
+  for (const char* node : {"gpu-a", "gpu-b"}) {
+    EXPECT_EQ(call("POST", std::string("/v1/nodes/") + node + "/drain", R"({"reason": "not these"})").status, 200);
+  }
+  return c;
+}
+
+// mode: nccl, its bootstrap root a stand-in: every rank gets the root's ID, and the root
+// lives until the job ends, then is gone.
+TEST_F(AgentClusterTest, ANcclJobsRanksGetTheRootsIdAndTheRootEndsWithTheJob) {
+  const std::string id(256, 'c');
+  const std::string pid_file = dir_.file("root.pid");
+  auto c = nccl_node("echo $$ > " + pid_file + "\necho " + id + "\nexec cat >/dev/null");
+  model::JobId job_id = submit("name: n\ncommand: [sh, -c, 'echo id=$CORRAL_NCCL_UNIQUE_ID']\n"
+                               "resources: {nodes: 1, gpus_per_node: 2}\nlaunch: {mode: nccl}\n");
+  Json j = wait_end(job_id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_EQ(log(job_id, 0), "id=" + id + "\n");
+  EXPECT_EQ(log(job_id, 1), "id=" + id + "\n");
+  int root = pid_in(pid_file);
+  ASSERT_GT(root, 0);
+  EXPECT_TRUE(eventually([&] { return !running(root); }, 5s)) << "the root outlived its job";
+}
+
+// A job cancelled while its root has not given its ID yet: the root is killed, the job
+// ends CANCELLED, and the node's GPUs serve the next job.
+TEST_F(AgentClusterTest, ANcclJobCancelledBeforeItsRootAnsweredKillsTheRootAndFreesTheNode) {
+  const std::string pid_file = dir_.file("root.pid");
+  auto c = nccl_node("echo $$ > " + pid_file + "\nexec sleep 300");
+  model::JobId job_id = submit("name: n\ncommand: [sleep, '300']\nresources: {nodes: 1, gpus_per_node: 2}\n"
+                               "launch: {mode: nccl}\n");
+  int root = 0;
+  ASSERT_TRUE(eventually([&] { return (root = pid_in(pid_file)) > 0; }, 10s));
+  EXPECT_EQ(call("POST", "/v1/jobs/" + std::to_string(job_id) + "/cancel").status, 200);
+  Json j = wait_end(job_id);
+  EXPECT_EQ(j["state"], "CANCELLED") << j.dump(2);
+  EXPECT_TRUE(eventually([&] { return !running(root); }, 5s)) << "the root outlived its job";
+  model::JobId next = submit("name: t\ncommand: [\"true\"]\nresources: {nodes: 1, gpus_per_node: 2}\n");
+  EXPECT_EQ(wait_end(next)["state"], "COMPLETED");
 }
 
 TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinatorRestarting) {
