@@ -276,10 +276,7 @@ void Agent::on_prepare(const protocol::Prepare& m) {
   auto held = hold_master_port(m.master_addr, m.master_port);
   if (!held) {
     result.port_busy = held.error().code() == ErrorCode::Conflict;
-    result.error = held.error().message();
-    send(result);
-    jobs_.erase(key);
-    return;
+    return prepare_failed(key, std::move(result), held.error());
   }
   job.probe_fd = *held;
   if (!m.nccl) {
@@ -325,11 +322,7 @@ void Agent::on_nccl_root_started(const Key& key, std::uint64_t prepare, protocol
     if (root) ::close(root->id_fd);
     return signal_ranks(key, job.kill_grace);
   }
-  if (!root) {
-    result.error = root.error().message();
-    send(result);
-    return;
-  }
+  if (!root) return prepare_failed(key, std::move(result), root.error());
   offload(
       *work_,
       [fd = root->id_fd, log = root->log_path] { return read_nccl_root_id(fd, log, std::chrono::seconds(20)); },
@@ -341,16 +334,21 @@ void Agent::on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol:
   auto it = jobs_.find(key);
   // Killed meanwhile, or prepared again: this answer is for nobody.
   if (it == jobs_.end() || it->second.prepare != prepare || it->second.killing) return;
-  if (!id) {
-    result.error = id.error().message();
-    send(result);
-    release_job_resources(it->second);
-    jobs_.erase(it);
-    return;
-  }
+  if (!id) return prepare_failed(key, std::move(result), id.error());
   result.nccl_id = *id;
   result.ok = true;
   send(result);
+}
+
+void Agent::prepare_failed(const Key& key, protocol::PrepareResult result, const Error& why) {
+  // The coordinator gives the attempt up and kills it everywhere; nothing of it is left
+  // here to wait for that: what the Prepare held (the master port, nccl-root) goes now.
+  result.error = why.message();
+  send(result);
+  if (auto it = jobs_.find(key); it != jobs_.end()) {
+    release_job_resources(it->second);
+    jobs_.erase(it);
+  }
 }
 
 void Agent::on_launch(const protocol::Launch& m) {
@@ -582,16 +580,16 @@ void Agent::attempt_gone(const Key& key, const Result<std::vector<std::string>>&
   if (it == jobs_.end()) return;
   // A GPU that may still be held is not handed to another job: the node drains, whether
   // a process was seen on it or the driver could not be asked.
-  std::string job_name = "job " + std::to_string(key.first);
+  std::string problem;
   if (!gpus_held) {
-    health_error_ = "cannot tell whether the GPUs of " + job_name +
-                    " are free after it was killed: " + gpus_held.error().message();
+    problem = "cannot tell whether the GPUs of job " + std::to_string(key.first) +
+              " are free after it was killed: " + gpus_held.error().message();
   } else if (!gpus_held->empty()) {
-    std::string what;
-    for (const auto& h : *gpus_held) what += (what.empty() ? "" : "; ") + h;
-    health_error_ = "GPU still in use after " + job_name + " was killed: " + what;
+    for (const auto& h : *gpus_held) problem += (problem.empty() ? "" : "; ") + h;
+    problem = "GPU still in use after job " + std::to_string(key.first) + " was killed: " + problem;
   }
-  if (!gpus_held || !gpus_held->empty()) {
+  if (!problem.empty()) {
+    health_error_ = std::move(problem);
     spdlog::error("{}", health_error_);
     send(protocol::Health{health_error_});
   }

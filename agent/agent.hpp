@@ -126,6 +126,8 @@ class Agent {
   // exited meanwhile (a command's exit may have held back the reaping of others).
   template <class Work, class Done>
   void offload(net::BlockingWork& pool, Work work, Done done);
+  // Answers a Prepare that cannot be met and lets go of what it held.
+  void prepare_failed(const Key& key, protocol::PrepareResult result, const Error& why);
   void on_nccl_root_started(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,
                             const Result<NcclRootChild>& root);
   void on_nccl_root_answer(const Key& key, std::uint64_t prepare, protocol::PrepareResult result,

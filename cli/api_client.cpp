@@ -1,7 +1,5 @@
 #include "cli/api_client.hpp"
 
-#include <filesystem>
-
 #include "common/net/http_client.hpp"
 #include "common/protocol/json_reader.hpp"
 
@@ -17,15 +15,6 @@ Result<void> HttpApiClient::connect() {
   if (!settings) return std::unexpected(settings.error());
   // create() fails on a malformed URL or an unreadable CA file: both are settings to fix,
   // hence InvalidArgument (exit 2), not a connection failure.
-  if (!settings->session_file.empty()) {
-    // The folder may not exist yet when the settings come from the environment alone;
-    // made, it is the user's alone.
-    std::error_code ec;
-    auto folder = std::filesystem::path(settings->session_file).parent_path();
-    if (std::filesystem::create_directories(folder, ec)) {
-      std::filesystem::permissions(folder, std::filesystem::perms::owner_all, ec);
-    }
-  }
   auto http = net::HttpClient::create(
       settings->url, net::ClientTls{.ca = settings->ca, .cert = "", .key = "", .session_file = settings->session_file},
       timeout_);

@@ -32,9 +32,8 @@ struct HttpClient::Impl {
   std::string host;         // the Host header: url's host:port, or localhost on the socket
   std::string socket_path;  // a unix: URL's: plain HTTP there, no TLS
   Duration timeout;
-  ClientTls tls_files;       // to tell why a deferred CA could not verify the server
+  ClientTls tls_files;       // its CA tells why a deferred one could not verify the server
   bool ca_deferred = false;  // the CA is read only if the kept session is not resumed
-  std::string session_file;  // ClientTls::session_file
   std::string session_key;
   SessionPtr session;             // the latest session the server gave, or the one kept
   std::int64_t verified_at = 0;   // when `session`'s server was last verified
@@ -120,8 +119,8 @@ struct HttpClient::Impl {
   }
 
   void save_session() {
-    if (session_saved || session_file.empty() || !session) return;
-    write_session(session_file, session_key, session.get(), verified_at);
+    if (session_saved || tls_files.session_file.empty() || !session) return;
+    write_session(tls_files.session_file, session_key, session.get(), verified_at);
     session_saved = true;
   }
 
@@ -208,9 +207,8 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
   }
   auto impl = std::make_unique<Impl>();
   if (!tls.session_file.empty()) {
-    impl->session_file = tls.session_file;
     impl->session_key = session_key(url, tls.ca, tls.cert);
-    auto kept = read_session(impl->session_file, impl->session_key, static_cast<std::int64_t>(std::time(nullptr)));
+    auto kept = read_session(tls.session_file, impl->session_key, static_cast<std::int64_t>(std::time(nullptr)));
     impl->session = std::move(kept.session);
     impl->verified_at = kept.verified_at;
   }
@@ -223,7 +221,7 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
   impl->url = *parsed;
   impl->host = parsed->host + ":" + std::to_string(parsed->port);
   impl->timeout = timeout;
-  if (!impl->session_file.empty()) impl->keep_sessions();
+  if (!impl->tls_files.session_file.empty()) impl->keep_sessions();
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
 

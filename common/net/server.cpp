@@ -190,7 +190,6 @@ std::string address_text(const local::socket& socket) {
   }
   return std::string(kLocalAddress) + " uid " + std::to_string(peer.uid);
 }
-std::string endpoint_text(const local::socket& socket) { return address_text(socket); }
 
 std::string json_error(const std::string& message) {
   std::string escaped;
@@ -425,13 +424,16 @@ class StreamSession final : public EventStream,
 template <class Stream>
 class Session : public Slot, public std::enable_shared_from_this<Session<Stream>> {
  public:
+  // `peer_address` is the accept's address_text(socket), worked out once.
   template <class Socket>
-  Session(std::shared_ptr<Server::Impl> server, Socket&& socket)
-      : server_(std::move(server)), remote_(endpoint_text(socket)), first_byte_(server_->io) {
-    address = address_text(socket);
+  Session(std::shared_ptr<Server::Impl> server, Socket&& socket, std::string peer_address)
+      : server_(std::move(server)), first_byte_(server_->io) {
+    address = std::move(peer_address);
     if constexpr (kTls<Stream>) {
+      remote_ = endpoint_text(socket);
       tcp_.emplace(std::move(socket));
     } else {
+      remote_ = address;  // a local client has no port: its user is all there is to name
       stream_.emplace(std::move(socket));
     }
     ++server_->live;
@@ -662,35 +664,37 @@ void Server::Impl::accept(Acceptor& on, asio::steady_timer& retry, Make make) {
       });
       return;
     }
-    if (!self->make_room(address_text(socket))) {
+    std::string address = address_text(socket);
+    if (!self->make_room(address)) {
       boost::system::error_code ignored;
       socket.close(ignored);  // every connection is being answered: refuse rather than grow
       ++self->refused;
     } else {
-      make(self, std::move(socket));
+      make(self, std::move(socket), std::move(address));
     }
     self->accept(on, retry, make);
   });
 }
 
 void Server::Impl::accept_tls() {
-  accept(acceptor, accept_retry, [](const std::shared_ptr<Impl>& self, tcp::socket socket) {
+  accept(acceptor, accept_retry, [](const std::shared_ptr<Impl>& self, tcp::socket socket, std::string address) {
     // Small messages (an Ack, then a Prepare) go out at once: with Nagle's algorithm the
     // second waits for the peer's delayed ACK, tens of milliseconds.
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    auto session = std::make_shared<Session<TlsStream>>(self, std::move(socket));
+    auto session = std::make_shared<Session<TlsStream>>(self, std::move(socket), std::move(address));
     self->track(session);
     session->run();
   });
 }
 
 void Server::Impl::accept_local() {
-  accept(local_acceptor, local_accept_retry, [](const std::shared_ptr<Impl>& self, local::socket socket) {
-    auto session = std::make_shared<Session<LocalStream>>(self, std::move(socket));
-    self->track(session);
-    session->run();
-  });
+  accept(local_acceptor, local_accept_retry,
+         [](const std::shared_ptr<Impl>& self, local::socket socket, std::string address) {
+           auto session = std::make_shared<Session<LocalStream>>(self, std::move(socket), std::move(address));
+           self->track(session);
+           session->run();
+         });
 }
 
 namespace {

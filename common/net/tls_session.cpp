@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <filesystem>
 #include <optional>
 
 #include "common/core/files.hpp"
@@ -132,6 +133,13 @@ void write_session(const std::string& path, const std::string& key, SSL_SESSION*
   std::string text = std::string(kSessionMagic) + key + "verified " + std::to_string(verified_at) + "\n" +
                      without_peer_certificate(std::move(der));
   // Best effort: without the file the next command makes a full handshake, nothing worse.
+  // Its folder is made (the user's alone) the first time, when the settings came from the
+  // environment and no config folder exists yet.
+  if (write_file_atomically(path, text, 0600, Survives::kill)) return;
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  std::error_code ec;
+  if (folder.empty() || !std::filesystem::create_directories(folder, ec)) return;
+  std::filesystem::permissions(folder, std::filesystem::perms::owner_all, ec);
   (void)write_file_atomically(path, text, 0600, Survives::kill);
 }
 

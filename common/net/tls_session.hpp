@@ -33,8 +33,8 @@ std::string session_key(const std::string& url, const std::string& ca, const std
 // The session kept at `path` for `key`, when it can still be resumed at `now`.
 KeptSession read_session(const std::string& path, const std::string& key, std::int64_t now);
 
-// Replaces the file at `path` (mode 0600) with `session`; best effort: without the file
-// the next process makes a full handshake, nothing worse.
+// Replaces the file at `path` (mode 0600) with `session`, making its folder (mode 0700)
+// when missing; best effort: without the file the next process makes a full handshake.
 void write_session(const std::string& path, const std::string& key, SSL_SESSION* session, std::int64_t verified_at);
 
 // `der` (an SSL_SESSION as i2d_SSL_SESSION writes it) without the server's certificate,

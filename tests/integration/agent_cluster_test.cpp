@@ -721,6 +721,19 @@ TEST_F(AgentClusterTest, ANcclJobCancelledBeforeItsRootAnsweredKillsTheRootAndFr
   EXPECT_EQ(wait_end(next)["state"], "COMPLETED");
 }
 
+// A root that gives no ID: the Prepare is answered with why, the job does not run, and
+// what the Prepare held on the node (its master port) is let go for the next job.
+TEST_F(AgentClusterTest, ANcclRootThatGivesNoIdFailsThePrepareSayingWhyAndFreesTheNode) {
+  auto c = nccl_node("echo 'no GPU here' >&2\nexit 3");
+  model::JobId job_id = submit("name: n\ncommand: [\"true\"]\nresources: {nodes: 1, gpus_per_node: 2}\n"
+                               "launch: {mode: nccl}\n");
+  Json j = wait_end(job_id);
+  EXPECT_NE(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_NE(j.dump().find("nccl-root gave no unique ID: no GPU here"), std::string::npos) << j.dump(2);
+  model::JobId next = submit("name: t\ncommand: [\"true\"]\nresources: {nodes: 1, gpus_per_node: 2}\n");
+  EXPECT_EQ(wait_end(next)["state"], "COMPLETED");
+}
+
 TEST_F(AgentClusterTest, AnAdminsDrainOutlivesTheAgentGoingAwayAndTheCoordinatorRestarting) {
   // Maintenance: drain, stop the agent (or reboot), start it again. The node must come
   // back drained, not up, whatever the coordinator saw meanwhile.

@@ -265,6 +265,8 @@ TEST_F(CliClusterTest, SuccessiveCommandsResumeTheKeptTlsSessionAndReadTheCaAgai
   struct stat st {};
   ASSERT_EQ(::stat(kept.c_str(), &st), 0) << "no session kept";
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((dir_.file("xdg") + "/corral").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "the config folder, made for the session, is the user's alone";
 
   std::ofstream(ca) << "not a certificate\n";
   for (int i = 0; i < 2; ++i) {
