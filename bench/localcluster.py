@@ -226,19 +226,45 @@ class LocalCluster:
             self.get(f"/v1/jobs/{live[-1]['id']}?wait=30")
 
     def env(self):
-        """The CLI's environment over TLS; its config folder (where it keeps the TLS
-        session it resumes) is this cluster's, not the user's."""
+        """The CLI's environment over TLS, as a person's by default: the connection keeper
+        (cli/keeper.hpp) in a runtime folder of this cluster's, so that it ends with the
+        cluster, and a config folder (where the TLS session is kept) of its own too."""
         e = dict(os.environ)
+        run = os.path.join(self.dir, "xdg-run")
+        os.makedirs(run, mode=0o700, exist_ok=True)
         e.update(CORRAL_URL=self.url, CORRAL_TOKEN=self.token, CORRAL_CA=self.ca,
-                 XDG_CONFIG_HOME=os.path.join(self.dir, "cli-config"))
+                 XDG_CONFIG_HOME=os.path.join(self.dir, "cli-config"), XDG_RUNTIME_DIR=run)
+        e.pop("CORRAL_KEEP_CONNECTION", None)
+        return e
+
+    def env_resumed(self):
+        """TLS from each command itself (no keeper), resuming the kept session."""
+        e = self.env()
+        e["CORRAL_KEEP_CONNECTION"] = "0"
         return e
 
     def env_no_session(self):
-        """TLS with no config folder, hence no kept session: a full handshake each time."""
-        e = self.env()
+        """TLS with no keeper and no config folder, hence no kept session: a full
+        handshake each time."""
+        e = self.env_resumed()
         e.pop("XDG_CONFIG_HOME", None)
         e.pop("HOME", None)
         return e
+
+    def keeper_pids(self):
+        """The connection keepers serving this cluster's commands."""
+        pids = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"keep-connection" in args and any(self.dir.encode() in a for a in args):
+                pids.append(int(pid))
+        return pids
 
     def env_local(self):
         """The CLI's environment for the local socket: plain HTTP, no CA."""

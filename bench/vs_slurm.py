@@ -163,6 +163,22 @@ def timed(argv, env):
     return wall, cpu
 
 
+TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms_of(pids):
+    """CPU ms (user + system) the processes have used so far (ended ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) * TICK_MS
+        except OSError:
+            pass
+    return total
+
+
 def run_from_clients(argv, env, jobs, clients=8):
     took, _ = from_clients(lambda: subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL), jobs, clients)
     return took
@@ -174,6 +190,16 @@ def wait_until(pred, timeout=600, step=0.05):
         if time.time() > deadline:
             raise RuntimeError("timed out")
         time.sleep(step)
+
+
+# Each way of corral's measured, and what its rows add to the metric's name.
+SIDES = {
+    "corral": "",  # as by default: through the connection keeper (TLS, kept alive)
+    "corral-resumed": ", TLS resumed, no keeper",
+    "corral-full": ", full TLS handshake",
+    "corral-local": ", local socket",
+    "slurm": "",
+}
 
 
 def main():
@@ -193,13 +219,14 @@ def main():
     res = {}  # metric -> side -> values
 
     def add(metric, side, value):
-        res.setdefault(metric, {"corral": [], "corral-full": [], "corral-local": [], "slurm": []})[side].append(value)
+        res.setdefault(metric, {side: [] for side in SIDES})[side].append(value)
 
     loads = []
     slurm = PrivateSlurm()
     try:
         with LocalCluster(args.build, agents=4, sim="a100x8.yaml") as c:
             cenv = c.env()
+            renv = c.env_resumed()
             fenv = c.env_no_session()
             lenv = c.env_local()
             senv = slurm.env
@@ -213,14 +240,21 @@ def main():
             work = tempfile.mkdtemp(prefix="corral-vs-slurm-out-")
             for run in range(args.runs):
                 for _ in range(args.submits if "submit" in only else 0):
-                    for side, argv, env in (("corral", corral_submit, cenv), ("corral-full", corral_submit, fenv),
-                                            ("corral-local", corral_submit, lenv), ("slurm", sbatch, senv)):
+                    for side, argv, env in (("corral", corral_submit, cenv), ("corral-resumed", corral_submit, renv),
+                                            ("corral-full", corral_submit, fenv), ("corral-local", corral_submit, lenv),
+                                            ("slurm", sbatch, senv)):
+                        # Through the keeper, its CPU for the command counts as the command's
+                        # (the keeper is sampled around it; nothing else uses it meanwhile).
+                        keepers = c.keeper_pids() if side == "corral" else []
+                        before = cpu_ms_of(keepers)
                         wall, cpu = timed(argv, env)
+                        cpu += cpu_ms_of(keepers) - before
                         add("submit wall ms", side, wall)
                         add("submit CPU ms", side, cpu)
                 wait_until(corral_empty)
                 wait_until(slurm.queue_empty)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
+                                               ("corral-resumed", corral_submit, renv, corral_empty),
                                                ("corral-full", corral_submit, fenv, corral_empty),
                                                ("corral-local", corral_submit, lenv, corral_empty),
                                                ("slurm", sbatch, senv, slurm.queue_empty)) if "rate" in only else ():
@@ -270,17 +304,19 @@ def main():
 
     print(f"corral vs Slurm 22.05 on this host, {args.runs} runs, alternating; "
           f"load average {min(loads):.2f}-{max(loads):.2f}")
-    print(f"{'metric':38} {'corral median (min-max)':>26} {'Slurm median (min-max)':>26} {'corral/Slurm':>13}")
+    print(f"{'metric':52} {'corral median (min-max)':>26} {'Slurm median (min-max)':>26} {'corral/Slurm':>13}")
     for metric, sides in res.items():
         b = sides["slurm"]
         mb = statistics.median(b)
-        for side, label in (("corral", metric), ("corral-full", metric + ", no kept TLS session"),
-                            ("corral-local", metric + ", local socket")):
+        for side, label in SIDES.items():
+            if side == "slurm":
+                continue
+            label = metric + label
             a = sides[side]
             if not a:
                 continue
             ma = statistics.median(a)
-            print(f"{label:38} {ma:10.1f} ({min(a):.1f}-{max(a):.1f}){'':4} {mb:10.1f} ({min(b):.1f}-{max(b):.1f}){'':4} "
+            print(f"{label:52} {ma:10.1f} ({min(a):.1f}-{max(a):.1f}){'':4} {mb:10.1f} ({min(b):.1f}-{max(b):.1f}){'':4} "
                   f"{ma / mb:8.2f}")
     rows = [("idle", mem_idle)] + ([(f"after {args.memory_jobs} jobs", mem_after)] if mem_after else [])
     for when, mem in rows:
@@ -288,7 +324,7 @@ def main():
             for i, kind in enumerate(("RSS", "private")):
                 label = f"{daemon} {kind} {when} MB"
                 x, y = mem[a][i], mem[b][i]
-                print(f"{label:38} {x / 1024:10.1f}{'':16} {y / 1024:10.1f}{'':16} {x / y:8.2f}")
+                print(f"{label:52} {x / 1024:10.1f}{'':16} {y / 1024:10.1f}{'':16} {x / y:8.2f}")
 
 
 if __name__ == "__main__":

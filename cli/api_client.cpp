@@ -1,18 +1,41 @@
 #include "cli/api_client.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include "common/net/http_client.hpp"
 #include "common/protocol/json_reader.hpp"
 
 namespace corral::cli {
 
-HttpApiClient::HttpApiClient(SettingsSource settings, Duration timeout)
-    : settings_(std::move(settings)), timeout_(timeout) {}
+namespace {
+
+bool same_header_name(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+HttpApiClient::HttpApiClient(SettingsSource settings, Duration timeout, KeeperUse keeper)
+    : settings_(std::move(settings)), timeout_(timeout), keeper_(std::move(keeper)) {}
 
 HttpApiClient::~HttpApiClient() = default;
 
 Result<void> HttpApiClient::connect() {
   auto settings = settings_();
   if (!settings) return std::unexpected(settings.error());
+  token_ = settings->token;
+  if (std::string socket = keeper_socket(keeper_, *settings); !socket.empty()) {
+    // A keeper that is not there (or not this user's) was never sent anything: go directly.
+    if (auto k = net::HttpClient::create("unix:" + socket, {}, timeout_, /*peer_is_me=*/true); k && (*k)->connect()) {
+      http_ = std::move(*k);
+      via_keeper_ = true;
+      return {};
+    }
+    if (keeper_.may_start) keeper_to_start_ = socket;
+  }
   // create() fails on a malformed URL or an unreadable CA file: both are settings to fix,
   // hence InvalidArgument (exit 2), not a connection failure.
   auto http = net::HttpClient::create(
@@ -20,7 +43,7 @@ Result<void> HttpApiClient::connect() {
       timeout_);
   if (!http) return make_error(ErrorCode::InvalidArgument, http.error().message());
   http_ = std::move(*http);
-  token_ = settings->token;
+  settings_used_ = std::move(*settings);
   return {};
 }
 
@@ -36,6 +59,22 @@ Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::st
                      : r.error().code() == ErrorCode::InvalidArgument ? ErrorCode::InvalidArgument
                                                                        : ErrorCode::Unavailable;
     return make_error(code, r.error().message());
+  }
+  if (via_keeper_) {
+    // The keeper's own failure to reach the coordinator reads as if this process had
+    // failed to: the same code, the same message.
+    for (const auto& [name, value] : r->headers) {
+      if (!same_header_name(name, kKeeperErrorHeader)) continue;
+      ApiResponse relayed{r->status, std::move(r->body)};
+      std::string message = error_from_response(relayed).message();
+      ErrorCode code = value == to_string(ErrorCode::Timeout)           ? ErrorCode::Timeout
+                       : value == to_string(ErrorCode::InvalidArgument) ? ErrorCode::InvalidArgument
+                                                                         : ErrorCode::Unavailable;
+      return make_error(code, message);
+    }
+  } else if (!keeper_to_start_.empty()) {
+    start_keeper(keeper_, settings_used_, keeper_to_start_);
+    keeper_to_start_.clear();
   }
   return ApiResponse{r->status, std::move(r->body)};
 }

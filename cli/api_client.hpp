@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/connection.hpp"
+#include "cli/keeper.hpp"
 #include "common/core/error.hpp"
 #include "common/core/time.hpp"
 
@@ -33,12 +34,14 @@ class ApiClient {
 
 // Resolves its settings and connects on the first call, so that commands which fail
 // before talking to the coordinator (a spec that does not validate) need no config.
-// Keeps one kept-alive connection; not thread-safe.
+// Keeps one kept-alive connection; not thread-safe. With a `keeper` folder, an https URL
+// is reached through the user's connection keeper (keeper.hpp) when one is running, and
+// one is started once the coordinator has answered directly when none is.
 class HttpApiClient final : public ApiClient {
  public:
   using SettingsSource = std::function<Result<ConnectionSettings>()>;
 
-  explicit HttpApiClient(SettingsSource settings, Duration timeout = std::chrono::seconds(30));
+  explicit HttpApiClient(SettingsSource settings, Duration timeout = std::chrono::seconds(30), KeeperUse keeper = {});
   ~HttpApiClient() override;
   HttpApiClient(const HttpApiClient&) = delete;
   HttpApiClient& operator=(const HttpApiClient&) = delete;
@@ -51,7 +54,12 @@ class HttpApiClient final : public ApiClient {
 
   SettingsSource settings_;
   Duration timeout_;
+  KeeperUse keeper_;
   std::string token_;
+  bool via_keeper_ = false;
+  // Set when no keeper answered: one is started after the first answer from the coordinator.
+  std::string keeper_to_start_;
+  ConnectionSettings settings_used_;
   std::unique_ptr<net::HttpClient> http_;
 };
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/app.hpp"
+#include "cli/keeper.hpp"
 #include "common/net/http_client.hpp"
 
 namespace {
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   using namespace corral;
   net::skip_tls_teardown_at_exit();
   std::vector<std::string> args(argv + 1, argv + argc);
+  // The connection keeper (cli/keeper.hpp), started by corral itself: not a command.
+  if (!args.empty() && args.front() == "keep-connection") return cli::run_keeper(args, std::cerr);
   SystemClock clock;
   cli::AppContext ctx{std::cout,
                       std::cerr,
@@ -31,7 +34,8 @@ int main(int argc, char** argv) {
                       clock,
                       [](Duration d) { std::this_thread::sleep_for(d); },
                       [](cli::HttpApiClient::SettingsSource settings) -> std::unique_ptr<cli::ApiClient> {
-                        return std::make_unique<cli::HttpApiClient>(std::move(settings));
+                        return std::make_unique<cli::HttpApiClient>(std::move(settings), std::chrono::seconds(30),
+                                                                    cli::keeper_use(cli::process_environment()));
                       }};
   std::error_code ec;
   ctx.cwd = std::filesystem::current_path(ec).string();

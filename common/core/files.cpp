@@ -15,10 +15,12 @@ Result<void> write_file_atomically(const std::string& path, std::string_view con
     if (!tmp.empty()) ::unlink(tmp.c_str());
     return make_error(ErrorCode::Unavailable, "cannot write " + path + ": " + std::strerror(err));
   };
-  // Unique per process: two writers of the same path never share a temporary file. Made
-  // anew, never through a link: whatever is in the way (a file a killed writer of the
-  // same pid left, a link someone planted) is removed first, the link and not its target.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Unique per thread (its kernel id, which is the pid in a process's first thread): two
+  // writers of the same path, in two processes or two threads of one, never share a
+  // temporary file. Made anew, never through a link: whatever is in the way (a file a
+  // killed writer of the same id left, a link someone planted) is removed first, the link
+  // and not its target.
+  std::string tmp = path + ".tmp." + std::to_string(::gettid());
   constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   int fd = ::open(tmp.c_str(), kFlags, mode);
   if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = ::open(tmp.c_str(), kFlags, mode);

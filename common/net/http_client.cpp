@@ -11,7 +11,9 @@
 #include <ctime>
 #include <optional>
 
+#include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "common/net/tls_session.hpp"
 #include "common/net/tls_util.hpp"
@@ -31,6 +33,7 @@ struct HttpClient::Impl {
   Url url;
   std::string host;         // the Host header: url's host:port, or localhost on the socket
   std::string socket_path;  // a unix: URL's: plain HTTP there, no TLS
+  bool peer_is_me = false;  // the socket's server must run as this user
   Duration timeout;
   ClientTls tls_files;       // its CA tells why a deferred one could not verify the server
   bool ca_deferred = false;  // the CA is read only if the kept session is not resumed
@@ -135,6 +138,16 @@ struct HttpClient::Impl {
       return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
                         "cannot connect to the local socket " + socket_path + ": " + ec.message());
     }
+    if (peer_is_me) {
+      ucred cred{};
+      socklen_t len = sizeof(cred);
+      if (::getsockopt(local_stream->socket().native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+          cred.uid != ::geteuid()) {
+        local_stream.reset();
+        return make_error(ErrorCode::PermissionDenied,
+                          "the process at " + socket_path + " is not this user's (uid " + std::to_string(cred.uid) + ")");
+      }
+    }
     return {};
   }
 
@@ -188,7 +201,8 @@ void skip_tls_teardown_at_exit() {
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() = default;
 
-Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, ClientTls tls, Duration timeout) {
+Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, ClientTls tls, Duration timeout,
+                                                      bool peer_is_me) {
   if (auto path = parse_unix_url(url)) {
     if (path->size() >= sizeof(sockaddr_un{}.sun_path)) {
       return make_error(ErrorCode::InvalidArgument, "the local socket path is too long (" +
@@ -198,6 +212,7 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
     auto impl = std::make_unique<Impl>();
     impl->host = "localhost";
     impl->socket_path = *path;
+    impl->peer_is_me = peer_is_me;
     impl->timeout = timeout;
     return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
   }
@@ -223,6 +238,11 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(const std::string& url, C
   impl->timeout = timeout;
   if (!impl->tls_files.session_file.empty()) impl->keep_sessions();
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
+}
+
+Result<void> HttpClient::connect() {
+  if (impl_->connected()) return {};
+  return impl_->connect();
 }
 
 Result<HttpResponse> HttpClient::request(const std::string& method, const std::string& target,

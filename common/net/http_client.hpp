@@ -33,9 +33,16 @@ class HttpClient {
  public:
   // InvalidArgument when the URL is neither https://host:port nor unix:/path; `tls` is
   // not used (nor read) for a unix: URL.
+  // With `peer_is_me`, a unix: URL's server must run as this process's user (SO_PEERCRED),
+  // or the connection fails with PermissionDenied before anything is sent to it.
   static Result<std::unique_ptr<HttpClient>> create(const std::string& url, ClientTls tls,
-                                                    Duration timeout = std::chrono::seconds(30));
+                                                    Duration timeout = std::chrono::seconds(30),
+                                                    bool peer_is_me = false);
   ~HttpClient();
+
+  // Connects now instead of at the first request: Unavailable (or Timeout, or for TLS a
+  // failed handshake) when the server cannot be reached. Nothing is sent.
+  Result<void> connect();
 
   // One request; reconnects once if the kept-alive connection was closed. Unavailable
   // when the server cannot be reached or the TLS handshake fails; Timeout past the limit.

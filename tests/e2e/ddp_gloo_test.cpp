@@ -302,7 +302,7 @@ TEST_F(DdpGloo, ARankSeesWhatTorchrunWouldGiveItAndTheSubmittingShellsEnvironmen
   auto [submitted, text] = testing::run(
       {"/bin/sh", "-c", "cd '" + from + "' && exec " CORRAL_CLI_BIN " submit --json " + file},
       {"CORRAL_URL=" + coord_->url(), "CORRAL_TOKEN=" + coord_->token(), "CORRAL_CA=" + coord_->ca(),
-       "E2E_FROM_THE_SHELL=yes"});
+       "E2E_FROM_THE_SHELL=yes", "CORRAL_KEEP_CONNECTION=0"});
   ASSERT_EQ(submitted, 0) << text;
   std::string id = std::to_string(parse(text)["id"].get<model::JobId>());
   auto [waited, end] = cli({"wait", id, "--timeout", "120", "--json"});

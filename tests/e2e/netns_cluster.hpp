@@ -114,7 +114,7 @@ class NetnsCluster : public ::testing::Test {
   std::pair<int, std::string> cli(std::vector<std::string> args) {
     args.insert(args.begin(), CORRAL_CLI_BIN);
     return testing::run(args, {"CORRAL_URL=" + coord_->url(), "CORRAL_TOKEN=" + coord_->token(),
-                               "CORRAL_CA=" + coord_->ca()});
+                               "CORRAL_CA=" + coord_->ca(), "CORRAL_KEEP_CONNECTION=0"});
   }
 
   Json job(model::JobId id) { return parse(call("GET", "/v1/jobs/" + std::to_string(id)).body); }

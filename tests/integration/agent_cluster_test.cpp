@@ -423,7 +423,7 @@ TEST_F(AgentClusterTest, AFloodOfSilentAndHalfOpenConnectionsLocksOutNoClientAnd
 
   // A person's `corral queue`, while the flood goes on.
   const std::vector<std::string> env = {"CORRAL_URL=" + coord_.url(), "CORRAL_TOKEN=" + coord_.token(),
-                                        "CORRAL_CA=" + coord_.ca()};
+                                        "CORRAL_CA=" + coord_.ca(), "CORRAL_KEEP_CONNECTION=0"};
   std::chrono::milliseconds worst{0};
   for (int i = 0; i < 5; ++i) {
     auto asked = std::chrono::steady_clock::now();

@@ -3,10 +3,16 @@
 // submit, standard input, filters, bulk cancel, logs -f on a pending job, Ctrl-C.
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -47,8 +53,10 @@ class CliClusterTest : public ::testing::Test {
     }
   }
 
+  // A person's environment: the connection keeper (cli/keeper.hpp) on, as by default, in a
+  // runtime folder of the test's, so that a keeper ends with the test's folder.
   std::vector<std::string> env(const std::string& token = {}) const {
-    return {"HOME=" + dir_.path().string(), "XDG_CONFIG_HOME=" + dir_.file("xdg"), "CORRAL_URL=" + coord_.url(),
+    return {"XDG_RUNTIME_DIR=" + runtime_, "CORRAL_KEEP_CONNECTION=600", "HOME=" + dir_.path().string(), "XDG_CONFIG_HOME=" + dir_.file("xdg"), "CORRAL_URL=" + coord_.url(),
             "CORRAL_TOKEN=" + (token.empty() ? coord_.token() : token), "CORRAL_CA=" + coord_.ca()};
   }
 
@@ -74,7 +82,40 @@ class CliClusterTest : public ::testing::Test {
     return o.exit_code == 0 ? Json::parse(o.out) : Json{};
   }
 
+  // The connection keeper's socket in the test's runtime folder, or empty.
+  std::string keeper_socket() const {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(runtime_ + "/corral", ec)) {
+      std::string name = e.path().filename().string();
+      if (name.starts_with("keeper-") && !name.ends_with(".lock")) return e.path().string();
+    }
+    return {};
+  }
+
+  // The pid of the process serving the keeper's socket (by SO_PEERCRED), or 0.
+  pid_t keeper_pid() const {
+    std::string path = keeper_socket();
+    if (path.empty()) return 0;
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+              ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    ::close(fd);
+    return ok ? cred.pid : 0;
+  }
+
+  static bool running(pid_t pid) { return ::kill(pid, 0) == 0; }
+
   testing::TempDir dir_;
+  std::string runtime_ = [this] {
+    std::string d = dir_.file("xdg-run");
+    ::mkdir(d.c_str(), 0700);
+    return d;
+  }();
   std::string sim_ = dir_.file("sim.yaml");
   // Every coordinator here also listens on a local socket, which one test uses alone.
   std::string socket_ = dir_.file("run/coordinator.sock");
@@ -258,6 +299,7 @@ TEST_F(CliClusterTest, SuccessiveCommandsResumeTheKeptTlsSessionAndReadTheCaAgai
   std::ofstream(ca) << ca_text;
   auto env_with_ca = env();
   env_with_ca.back() = "CORRAL_CA=" + ca;
+  env_with_ca.push_back("CORRAL_KEEP_CONNECTION=0");  // each command on its own
   auto queue = [&] { return testing::run_to_end({CORRAL_CLI_BIN, "queue", "--json"}, env_with_ca); };
   auto o = queue();
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -418,6 +460,176 @@ TEST_F(CliClusterTest, EveryProgramSaysItsVersion) {
     std::string name = std::string(bin).substr(std::string(bin).rfind('/') + 1);
     EXPECT_EQ(o.out.rfind(name + " 0.", 0), 0u) << o.out;
   }
+}
+
+}  // namespace
+}  // namespace corral
+
+namespace corral {
+namespace {
+
+// The connection keeper: a command after the first goes through it, reading no CA and
+// making no handshake; what it relays is the coordinator's answer, byte for byte.
+TEST_F(CliClusterTest, CommandsAfterTheFirstGoThroughTheKeeperWhichReadsNoCaAgain) {
+  auto o = corral({"queue"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  pid_t keeper = 0;
+  ASSERT_TRUE(eventually([&] { return (keeper = keeper_pid()) > 0; }, 10s)) << "no keeper started";
+  struct stat st {};
+  ASSERT_EQ(::stat((runtime_ + "/corral").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat(keeper_socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // The CA spoiled in place, its identity (inode, size, time) kept: a command that read it
+  // would fail; through the keeper, none does.
+  std::string ca_text;
+  {
+    std::ifstream in(coord_.ca());
+    ca_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  struct stat ca_st {};
+  ASSERT_EQ(::stat(coord_.ca().c_str(), &ca_st), 0);
+  auto overwrite_ca = [&](const std::string& text) {
+    int fd = ::open(coord_.ca().c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    ::close(fd);
+    timespec times[2] = {ca_st.st_atim, ca_st.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, coord_.ca().c_str(), times, 0), 0);
+  };
+  overwrite_ca(std::string(ca_text.size(), 'x'));
+  o = corral({"submit", "--parsable", "-G", "1", "--", "sh", "-c", "echo through the keeper"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::string id = o.out.substr(0, o.out.find('\n'));
+  o = corral({"wait", id, "--timeout", "30"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  o = corral({"logs", id});
+  EXPECT_EQ(o.out, "through the keeper\n") << o.err;
+  // An unknown job: the coordinator's 404, relayed.
+  o = corral({"show", "999999"});
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.err.find("999999"), std::string::npos) << o.err;
+  EXPECT_EQ(keeper_pid(), keeper) << "one keeper served them all";
+  // The same command on its own, with no kept session either, reads the spoiled CA.
+  auto direct = env();
+  direct.insert(direct.end(), {"CORRAL_KEEP_CONNECTION=0", "HOME=", "XDG_CONFIG_HOME="});
+  o = testing::run_to_end({CORRAL_CLI_BIN, "queue"}, direct);
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("cannot load CA"), std::string::npos) << o.err;
+  overwrite_ca(ca_text);
+}
+
+// A keeper ends after CORRAL_KEEP_CONNECTION idle seconds, and at once when the
+// coordinator cannot be reached: the command it was relaying fails as a direct one would,
+// with the same code and message, and the next goes directly.
+TEST_F(CliClusterTest, AKeeperEndsWhenIdleOrWhenTheCoordinatorIsGoneAndTheCommandSaysWhyAsIfDirect) {
+  auto briefly = env();
+  briefly.push_back("CORRAL_KEEP_CONNECTION=1");
+  auto o = testing::run_to_end({CORRAL_CLI_BIN, "queue"}, briefly);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  pid_t keeper = 0;
+  ASSERT_TRUE(eventually([&] { return (keeper = keeper_pid()) > 0; }, 10s));
+  EXPECT_TRUE(eventually([&] { return !running(keeper); }, 10s)) << "still there after a second idle";
+  EXPECT_EQ(keeper_socket(), "") << "its socket is left";
+
+  o = corral({"queue"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  ASSERT_TRUE(eventually([&] { return (keeper = keeper_pid()) > 0; }, 10s));
+  coord_.kill9();
+  auto through = corral({"queue"});
+  EXPECT_TRUE(eventually([&] { return !running(keeper); }, 10s)) << "the keeper outlived its coordinator";
+  auto direct = corral({"queue"});
+  EXPECT_EQ(keeper_pid(), 0) << "a keeper started for a coordinator that did not answer";
+  EXPECT_EQ(through.exit_code, direct.exit_code);
+  EXPECT_EQ(through.err, direct.err);
+  EXPECT_NE(direct.err.find("cannot connect to"), std::string::npos) << direct.err;
+  ASSERT_TRUE(coord_.start());
+}
+
+// Each side sends nothing to a process of another user: a command does not send its token
+// to a socket served by someone else (it goes directly), and a keeper answers nobody else.
+TEST_F(CliClusterTest, NeitherACommandNorTheKeeperTalksToAnotherUsersProcess) {
+  auto o = corral({"queue"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  pid_t keeper = 0;
+  ASSERT_TRUE(eventually([&] { return (keeper = keeper_pid()) > 0; }, 10s));
+  const std::string path = keeper_socket();
+
+  // Another user (nobody, 65534) asks the keeper, reaching its socket through folders
+  // opened up for it: the keeper closes the connection without an answer.
+  ASSERT_EQ(::chmod((runtime_ + "/corral").c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(runtime_.c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
+  int answer_pipe[2];
+  ASSERT_EQ(::pipe(answer_pipe), 0);
+  std::string request = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + coord_.token() + "\r\n\r\n";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  pid_t other = ::fork();
+  if (other == 0) {
+    char got = 'e';
+    if (::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0) {
+      int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        ssize_t ignored = ::write(fd, request.data(), request.size());
+        (void)ignored;
+        char buf[64];
+        got = ::read(fd, buf, sizeof(buf)) > 0 ? 'a' : '0';  // '0': closed (or reset), no answer
+      } else {
+        got = 'c';
+      }
+    }
+    ssize_t ignored = ::write(answer_pipe[1], &got, 1);
+    (void)ignored;
+    ::_exit(0);
+  }
+  ::close(answer_pipe[1]);
+  char got = 0;
+  ASSERT_EQ(::read(answer_pipe[0], &got, 1), 1);
+  ::close(answer_pipe[0]);
+  ::waitpid(other, nullptr, 0);
+  EXPECT_EQ(got, '0') << "e: could not become nobody, c: could not connect, a: answered";
+  ASSERT_EQ(::chmod((runtime_ + "/corral").c_str(), 0700), 0);
+  EXPECT_TRUE(running(keeper));
+
+  // The keeper gone, its socket taken over by nobody's process: the command does not send
+  // it a byte and goes directly.
+  ASSERT_EQ(::kill(keeper, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return !running(keeper); }, 10s));
+  int bytes_pipe[2];
+  ASSERT_EQ(::pipe(bytes_pipe), 0);
+  pid_t impostor = ::fork();
+  if (impostor == 0) {
+    // Bound as root in the private folder, listening as nobody: SO_PEERCRED names the
+    // process that listened.
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ::unlink(path.c_str());
+    char bytes = 'e';
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
+        ::setresuid(65534, 65534, 65534) == 0 && ::listen(fd, 8) == 0) {
+      ssize_t ignored = ::write(bytes_pipe[1], "l", 1);
+      int c = ::accept(fd, nullptr, nullptr);
+      char buf[256];
+      bytes = c >= 0 && ::read(c, buf, sizeof(buf)) <= 0 ? '0' : 'r';  // '0': nothing was sent
+    }
+    ssize_t ignored = ::write(bytes_pipe[1], &bytes, 1);
+    (void)ignored;
+    ::_exit(0);
+  }
+  ::close(bytes_pipe[1]);
+  char listening = 0;
+  ASSERT_EQ(::read(bytes_pipe[0], &listening, 1), 1);
+  ASSERT_EQ(listening, 'l');
+  o = corral({"queue"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  char bytes = 0;
+  ASSERT_EQ(::read(bytes_pipe[0], &bytes, 1), 1);
+  ::close(bytes_pipe[0]);
+  ::waitpid(impostor, nullptr, 0);
+  EXPECT_EQ(bytes, '0') << "r: the command sent its request to another user's process";
 }
 
 }  // namespace

@@ -94,7 +94,9 @@ class CliIntegrationTest : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env{"HOME=" + dir_.path().string(), "XDG_CONFIG_HOME=" + dir_.file("xdg"),
                                  "CORRAL_URL=" + (url.empty() ? url_ : url), "CORRAL_TOKEN=" + token,
-                                 "CORRAL_CA=" + (ca.empty() ? dir_.file("ca.pem") : ca)};
+                                 "CORRAL_CA=" + (ca.empty() ? dir_.file("ca.pem") : ca),
+                                 // Each command on its own, as the scripted coordinator expects.
+                                 "CORRAL_KEEP_CONNECTION=0"};
     return testing::run_to_end(argv, env);
   }
 

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -60,6 +62,32 @@ TEST(WriteFileAtomically, ALinkOrAStaleFileAtTheTemporaryNameIsReplacedNotFollow
   ASSERT_TRUE(write_file_atomically(path, "newer", 0600).has_value());
   EXPECT_EQ(read_all(path), "newer");
   EXPECT_FALSE(std::filesystem::exists(tmp));
+}
+
+// Two threads of one process (the connection keeper's, each saving a TLS session) never
+// write into each other's temporary file: the file is always one of theirs, whole.
+TEST(WriteFileAtomically, TwoThreadsWritingTheSamePathEachLeaveAWholeFile) {
+  testing::TempDir dir;
+  std::string path = dir.file("tls-session");
+  const std::string a(64 * 1024, 'a');
+  const std::string b(64 * 1024, 'b');
+  std::atomic<int> failures{0};
+  auto writer = [&](const std::string& text) {
+    for (int i = 0; i < 200; ++i) {
+      if (!write_file_atomically(path, text, 0600, Survives::kill)) ++failures;
+    }
+  };
+  std::thread ta(writer, a);
+  std::thread tb(writer, b);
+  for (int i = 0; i < 400; ++i) {
+    std::string now = read_all(path);
+    if (!now.empty()) EXPECT_TRUE(now == a || now == b) << "a mixed file of " << now.size() << " bytes";
+  }
+  ta.join();
+  tb.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::string last = read_all(path);
+  EXPECT_TRUE(last == a || last == b);
 }
 
 TEST(WriteFileAtomically, AFolderThatIsNotThereIsAnErrorNamingThePath) {

@@ -1,0 +1,358 @@
+#include "cli/keeper.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/core/fd.hpp"
+#include "common/core/version.hpp"
+#include "common/net/blocking_http.hpp"
+#include "common/net/http_client.hpp"
+#include "common/net/http_types.hpp"
+
+namespace corral::cli {
+
+namespace {
+
+constexpr std::size_t kMaxBody = 256 * 1024 * 1024;
+constexpr std::size_t kMaxIdleClients = 8;  // connections kept to the coordinator
+
+std::optional<std::string> non_empty(const EnvLookup& env, const std::string& name) {
+  auto v = env(name);
+  if (!v || v->empty()) return std::nullopt;
+  return v;
+}
+
+// `dir` (made mode 0700 when missing) when it is a folder of this user's that no one else
+// can enter: nobody else can then place a socket in it or reach one there.
+bool private_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  struct stat st {};
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+         (st.st_mode & 077) == 0;
+}
+
+std::uint64_t fnv1a(std::uint64_t h, std::string_view bytes) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// What tells one version of a file from another without reading it: its device, inode,
+// size and modification time; empty when it is not there.
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return {};
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+// Request headers that belong to the hop to the keeper (or that the keeper's client sets
+// itself), not to the request relayed.
+bool hop_by_hop(const std::string& lower_name) {
+  return lower_name == "host" || lower_name == "connection" || lower_name == "content-length" ||
+         lower_name == "transfer-encoding" || lower_name == "keep-alive" || lower_name == "user-agent";
+}
+
+std::string code_name(ErrorCode code) { return std::string(to_string(code)); }
+
+class Keeper {
+ public:
+  Keeper(std::string url, std::string ca, std::string session_file, std::string socket, int idle_seconds)
+      : url_(std::move(url)),
+        ca_(std::move(ca)),
+        session_file_(std::move(session_file)),
+        socket_(std::move(socket)),
+        idle_(std::chrono::seconds(idle_seconds)) {}
+
+  int run(std::ostream& err) {
+    // One keeper a socket: the lock is held for the keeper's life (and dropped with it,
+    // however it ends), so a socket file left by a killed keeper is replaced safely.
+    UniqueFd lock(::open((socket_ + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!lock) {
+      err << "corral keep-connection: cannot open " << socket_ << ".lock: " << std::strerror(errno) << "\n";
+      return 1;
+    }
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return 0;  // another keeper has it
+    // The CA is read and checked now: a keeper that could not verify the coordinator
+    // does not start.
+    auto first = make_client();
+    if (!first) {
+      err << "corral keep-connection: " << first.error().message() << "\n";
+      return 1;
+    }
+    idle_clients_.push_back(std::move(*first));
+    ca_identity_ = file_identity(ca_);
+    if (!listen(err)) return 1;
+    ::signal(SIGPIPE, SIG_IGN);
+    last_used_ = std::chrono::steady_clock::now();
+    serve_until_done();
+    return 0;
+  }
+
+ private:
+  Result<std::unique_ptr<net::HttpClient>> make_client() {
+    return net::HttpClient::create(url_, net::ClientTls{.ca = ca_, .cert = "", .key = "", .session_file = session_file_});
+  }
+
+  bool listen(std::ostream& err) {
+    ::unlink(socket_.c_str());
+    listener_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, socket_.c_str(), socket_.size() + 1);
+    mode_t old = ::umask(0177);
+    bool bound = listener_ && ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::umask(old);
+    if (!bound || ::listen(listener_.get(), 128) != 0) {
+      err << "corral keep-connection: cannot listen on " << socket_ << ": " << std::strerror(errno) << "\n";
+      return false;
+    }
+    struct stat st {};
+    ::lstat(socket_.c_str(), &st);
+    socket_ino_ = st.st_ino;
+    return true;
+  }
+
+  // Still ours: the socket file at the path is the one this keeper made.
+  bool socket_is_ours() const {
+    struct stat st {};
+    return ::lstat(socket_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == socket_ino_;
+  }
+
+  void serve_until_done() {
+    bool ours = true;
+    for (;;) {
+      pollfd p{listener_.get(), POLLIN, 0};
+      int n = ::poll(&p, 1, 1000);
+      if (n > 0) accept_one();
+      ours = socket_is_ours();
+      // A CA removed or replaced (the cluster renewed, or the folder it was in removed):
+      // commands now look for a keeper that verifies with the new one.
+      bool ca_same = file_identity(ca_) == ca_identity_;
+      std::lock_guard lock(mu_);
+      if (!ours || !ca_same || coordinator_failed_) break;
+      if (active_ == 0 && std::chrono::steady_clock::now() - last_used_ >= idle_) break;
+    }
+    // No command finds the socket from now on; the ones that reached it already are served.
+    if (ours) ::unlink(socket_.c_str());
+    int flags = ::fcntl(listener_.get(), F_GETFL);
+    ::fcntl(listener_.get(), F_SETFL, flags | O_NONBLOCK);
+    while (accept_one()) {
+    }
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return active_ == 0; });
+  }
+
+  // Accepts one waiting command (false when none was waiting) and serves it on a thread
+  // of its own, when it runs as this user.
+  bool accept_one() {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return false;
+    UniqueFd conn(fd);
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) return true;
+    {
+      std::lock_guard lock(mu_);
+      ++active_;
+    }
+    std::thread([this, c = std::make_shared<UniqueFd>(std::move(conn))] { serve(c->release()); }).detach();
+    return true;
+  }
+
+  void serve(int fd) {
+    net::serve_http_blocking(fd, [this](net::HttpRequest& req) { return relay(req); }, kMaxBody);
+    std::lock_guard lock(mu_);
+    --active_;
+    last_used_ = std::chrono::steady_clock::now();
+    done_.notify_all();
+  }
+
+  net::HttpResponse relay(net::HttpRequest& req) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    for (const auto& [name, value] : req.headers) {
+      if (!hop_by_hop(name)) headers.emplace_back(name, value);
+    }
+    std::unique_ptr<net::HttpClient> client;
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_clients_.empty()) {
+        client = std::move(idle_clients_.back());
+        idle_clients_.pop_back();
+      }
+    }
+    Result<net::HttpResponse> answer = make_error(ErrorCode::Internal, "");
+    if (!client) {
+      auto made = make_client();
+      if (made) client = std::move(*made);
+      else answer = std::unexpected(made.error());
+    }
+    if (client) answer = client->request(req.method, req.target, req.body, headers);
+    if (answer) {
+      std::lock_guard lock(mu_);
+      if (idle_clients_.size() < kMaxIdleClients) idle_clients_.push_back(std::move(client));
+      return std::move(*answer);
+    }
+    {
+      // What could not reach the coordinator now would likely not the next time: the
+      // keeper ends, and the next command goes directly (and starts a keeper if it works).
+      std::lock_guard lock(mu_);
+      coordinator_failed_ = true;
+    }
+    net::HttpResponse failed;
+    failed.status = 502;
+    failed.headers.emplace_back(kKeeperErrorHeader, code_name(answer.error().code()));
+    failed.body = nlohmann::json{{"error", answer.error().message()}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return failed;
+  }
+
+  std::string url_, ca_, session_file_, socket_;
+  std::string ca_identity_;
+  std::chrono::steady_clock::duration idle_;
+  UniqueFd listener_;
+  ino_t socket_ino_ = 0;
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::vector<std::unique_ptr<net::HttpClient>> idle_clients_;
+  int active_ = 0;
+  std::chrono::steady_clock::time_point last_used_;
+  bool coordinator_failed_ = false;
+};
+
+}  // namespace
+
+KeeperUse keeper_use(const EnvLookup& env) {
+  KeeperUse use;
+  if (auto v = non_empty(env, "CORRAL_KEEP_CONNECTION")) {
+    int seconds = 0;
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
+    if (*v == "off" || (ec == std::errc() && end == v->data() + v->size() && seconds <= 0)) return use;
+    if (ec == std::errc() && end == v->data() + v->size()) use.idle_seconds = seconds;
+  }
+  if (auto runtime = non_empty(env, "XDG_RUNTIME_DIR")) {
+    use.dir = *runtime + "/corral";
+  } else {
+    use.dir = "/tmp/corral-" + std::to_string(::geteuid());
+  }
+  use.may_start = !non_empty(env, "CORRAL_JOB_ID").has_value();
+  return use;
+}
+
+std::string keeper_socket(const KeeperUse& use, const ConnectionSettings& settings) {
+  if (use.dir.empty() || !settings.url.starts_with("https://")) return {};
+  // A CA file replaced (the cluster's CA renewed) names another keeper, one that verifies
+  // with the new CA; the old one ends when idle.
+  std::string ca = file_identity(settings.ca);
+  if (ca.empty()) return {};
+  std::uint64_t h = 14695981039346656037ull;
+  for (const std::string& part : {settings.url, settings.ca, ca, version()}) {
+    h = fnv1a(h, part);
+    h = fnv1a(h, std::string_view("\n", 1));
+  }
+  char name[32];
+  std::snprintf(name, sizeof(name), "/keeper-%016llx", static_cast<unsigned long long>(h));
+  std::string path = use.dir + name;
+  if (path.size() + sizeof(".lock") > sizeof(sockaddr_un{}.sun_path)) return {};
+  if (!private_dir(use.dir)) return {};
+  return path;
+}
+
+void start_keeper(const KeeperUse& use, const ConnectionSettings& settings, const std::string& socket) {
+  std::string exe = self_exe();
+  if (exe.empty() || socket.empty()) return;
+  std::vector<std::string> args = {exe,           "keep-connection", "--socket", socket, "--url", settings.url,
+                                   "--ca",        settings.ca,       "--idle",   std::to_string(use.idle_seconds)};
+  if (!settings.session_file.empty()) {
+    args.push_back("--session-file");
+    args.push_back(settings.session_file);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t child = ::fork();
+  if (child < 0) return;
+  if (child == 0) {
+    // Its own session, so that the terminal's hangup or Ctrl-C does not reach it, and a
+    // grandchild, so that no process waits on it.
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+    }
+    ::close_range(3, ~0u, 0);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+int run_keeper(const std::vector<std::string>& args, std::ostream& err) {
+  std::string socket, url, ca, session_file;
+  int idle = 600;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (i + 1 >= args.size()) {
+      err << "corral keep-connection: " << flag << " needs a value\n";
+      return 1;
+    }
+    const std::string& value = args[++i];
+    if (flag == "--socket") socket = value;
+    else if (flag == "--url") url = value;
+    else if (flag == "--ca") ca = value;
+    else if (flag == "--session-file") session_file = value;
+    else if (flag == "--idle") {
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), idle);
+      if (ec != std::errc() || end != value.data() + value.size() || idle <= 0) {
+        err << "corral keep-connection: --idle: not a positive number of seconds: " << value << "\n";
+        return 1;
+      }
+    } else {
+      err << "corral keep-connection: unknown option " << flag << "\n";
+      return 1;
+    }
+  }
+  if (socket.empty() || url.empty() || ca.empty()) {
+    err << "corral keep-connection: --socket, --url and --ca are required\n";
+    return 1;
+  }
+  if (socket.size() + sizeof(".lock") > sizeof(sockaddr_un{}.sun_path)) {
+    err << "corral keep-connection: the socket path is too long: " << socket << "\n";
+    return 1;
+  }
+  return Keeper(url, ca, session_file, socket, idle).run(err);
+}
+
+}  // namespace corral::cli

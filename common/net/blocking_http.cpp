@@ -1,0 +1,72 @@
+#include "common/net/blocking_http.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+
+namespace corral::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+// Set from the answer itself, never copied from its headers.
+bool set_here(http::field f) {
+  return f == http::field::connection || f == http::field::content_length || f == http::field::transfer_encoding ||
+         f == http::field::keep_alive || f == http::field::content_type;
+}
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body) {
+  asio::io_context io(1);
+  asio::local::stream_protocol::socket sock(io);
+  boost::system::error_code ec;
+  sock.assign(asio::local::stream_protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return;
+  }
+  beast::flat_buffer buffer;
+  while (!ec) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(max_body);
+    http::read(sock, buffer, parser, ec);
+    if (ec) break;
+    auto req = parser.release();
+    HttpRequest in;
+    in.method = std::string(req.method_string());
+    in.target = std::string(req.target());
+    for (const auto& f : req) {
+      std::string name = lowercase(f.name_string());
+      if (in.headers.contains(name)) in.repeated_headers.push_back(name);
+      in.headers[name] = std::string(f.value());
+    }
+    in.body = std::move(req.body());
+    HttpResponse out = handle(in);
+    http::response<http::string_body> res(static_cast<http::status>(out.status), 11);
+    if (!out.content_type.empty()) res.set(http::field::content_type, out.content_type);
+    for (const auto& [name, value] : out.headers) {
+      if (!set_here(http::string_to_field(name))) res.insert(name, value);
+    }
+    res.body() = std::move(out.body);
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    http::write(sock, res, ec);
+    if (!req.keep_alive()) break;
+  }
+}
+
+}  // namespace corral::net

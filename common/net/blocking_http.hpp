@@ -1,0 +1,19 @@
+#pragma once
+// HTTP/1.1 served on one connected socket with blocking I/O, one request at a time on
+// the calling thread: for a small process that gives each connection a thread (the CLI's
+// connection keeper), not for a daemon's event loop (server.hpp).
+
+#include <functional>
+
+#include "common/net/http_types.hpp"
+
+namespace corral::net {
+
+// Takes `fd` over (and closes it) and answers each request with `handle` until the peer
+// closes, asks to close, or sends what is not HTTP or a body over `max_body` bytes.
+// Request header names are lowercase; the request's `path` and `query` are not filled.
+// The answer's hop-by-hop headers (Connection, Content-Length, Transfer-Encoding,
+// Keep-Alive) are its own, whatever `headers` says; `stream` is not supported.
+void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body);
+
+}  // namespace corral::net
