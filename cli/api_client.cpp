@@ -23,13 +23,16 @@ HttpApiClient::HttpApiClient(SettingsSource settings, Duration timeout, KeeperUs
 
 HttpApiClient::~HttpApiClient() = default;
 
-Result<void> HttpApiClient::connect() {
+Result<void> HttpApiClient::connect(bool try_keeper) {
   auto settings = settings_();
   if (!settings) return std::unexpected(settings.error());
   token_ = settings->token;
-  if (std::string socket = keeper_socket(keeper_, *settings); !socket.empty()) {
+  if (std::string socket = try_keeper ? keeper_socket(keeper_, *settings) : ""; !socket.empty()) {
     // A keeper that is not there (or not this user's) was never sent anything: go directly.
-    if (auto k = net::HttpClient::create("unix:" + socket, {}, timeout_, /*peer_is_me=*/true); k && (*k)->connect()) {
+    // Its own attempt (a connection and an exchange, each within `timeout_`) ends first, so
+    // that its answer, not this process's deadline, says what went wrong.
+    auto k = net::HttpClient::create("unix:" + socket, {}, 2 * timeout_ + std::chrono::seconds(5), /*peer_is_me=*/true);
+    if (k && (*k)->connect()) {
       http_ = std::move(*k);
       via_keeper_ = true;
       return {};
@@ -47,12 +50,29 @@ Result<void> HttpApiClient::connect() {
   return {};
 }
 
-Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::string& target,
-                                        const std::string& body) {
+Result<net::HttpResponse> HttpApiClient::request(const std::string& method, const std::string& target,
+                                                 const std::string& body) {
   if (!http_) {
-    if (auto c = connect(); !c) return std::unexpected(c.error());
+    if (auto c = connect(/*try_keeper=*/true); !c) return std::unexpected(c.error());
   }
   auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
+  if (r || !via_keeper_) return r;
+  // The keeper ended (or was killed) without answering: this and every later call go
+  // directly. Sent again only when the coordinator cannot have seen it through the keeper.
+  bool unsent = http_->last_request_unsent();
+  http_.reset();
+  via_keeper_ = false;
+  if (!unsent && method != "GET") {
+    return make_error(ErrorCode::Unavailable, "the connection keeper ended before answering (" + r.error().message() +
+                                                  "); the request may have reached the coordinator");
+  }
+  if (auto c = connect(/*try_keeper=*/false); !c) return std::unexpected(c.error());
+  return http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
+}
+
+Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::string& target,
+                                        const std::string& body) {
+  auto r = request(method, target, body);
   if (!r) {
     // A CA read only when the kept TLS session was not resumed is still a setting to fix.
     ErrorCode code = r.error().code() == ErrorCode::Timeout           ? ErrorCode::Timeout

@@ -13,6 +13,7 @@
 
 namespace corral::net {
 class HttpClient;
+struct HttpResponse;
 }
 
 namespace corral::cli {
@@ -50,7 +51,8 @@ class HttpApiClient final : public ApiClient {
                            const std::string& body) override;
 
  private:
-  Result<void> connect();
+  Result<void> connect(bool try_keeper);
+  Result<net::HttpResponse> request(const std::string& method, const std::string& target, const std::string& body);
 
   SettingsSource settings_;
   Duration timeout_;

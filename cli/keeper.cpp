@@ -16,6 +16,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <ostream>
@@ -34,6 +36,14 @@ namespace {
 
 constexpr std::size_t kMaxBody = 256 * 1024 * 1024;
 constexpr std::size_t kMaxIdleClients = 8;  // connections kept to the coordinator
+constexpr int kMaxConnections = 64;         // commands served at once
+// A command's connection idle this long between requests is closed (a command sends its
+// next request at once; one stopped, as by Ctrl-Z, must not keep the keeper from ending).
+constexpr auto kCommandIdle = std::chrono::seconds(15);
+// A kept connection idle longer is let go before use: the coordinator closes one idle for
+// 15 s (net::ServerLimits::idle_timeout), and a request is better sent on a new connection
+// than on one the coordinator may be closing.
+constexpr auto kMaxClientIdle = std::chrono::seconds(10);
 
 std::optional<std::string> non_empty(const EnvLookup& env, const std::string& name) {
   auto v = env(name);
@@ -77,8 +87,11 @@ std::string self_exe() {
 // Request headers that belong to the hop to the keeper (or that the keeper's client sets
 // itself), not to the request relayed.
 bool hop_by_hop(const std::string& lower_name) {
-  return lower_name == "host" || lower_name == "connection" || lower_name == "content-length" ||
-         lower_name == "transfer-encoding" || lower_name == "keep-alive" || lower_name == "user-agent";
+  for (const char* name : {"host", "connection", "content-length", "transfer-encoding", "keep-alive", "user-agent",
+                           "upgrade", "te", "trailer", "proxy-connection"}) {
+    if (lower_name == name) return true;
+  }
+  return false;
 }
 
 std::string code_name(ErrorCode code) { return std::string(to_string(code)); }
@@ -93,22 +106,21 @@ class Keeper {
         idle_(std::chrono::seconds(idle_seconds)) {}
 
   int run(std::ostream& err) {
-    // One keeper a socket: the lock is held for the keeper's life (and dropped with it,
-    // however it ends), so a socket file left by a killed keeper is replaced safely.
-    UniqueFd lock(::open((socket_ + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!lock) {
-      err << "corral keep-connection: cannot open " << socket_ << ".lock: " << std::strerror(errno) << "\n";
-      return 1;
-    }
-    if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return 0;  // another keeper has it
-    // The CA is read and checked now: a keeper that could not verify the coordinator
-    // does not start.
+    // A keeper that cannot make a TLS client (a CA file that is not there) does not start.
     auto first = make_client();
     if (!first) {
       err << "corral keep-connection: " << first.error().message() << "\n";
       return 1;
     }
-    idle_clients_.push_back(std::move(*first));
+    // One keeper a socket: the lock is held for the keeper's life (and dropped with it,
+    // however it ends), so a socket file left by a killed keeper is replaced safely.
+    lock_.reset(::open((socket_ + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!lock_) {
+      err << "corral keep-connection: cannot open " << socket_ << ".lock: " << std::strerror(errno) << "\n";
+      return 1;
+    }
+    if (::flock(lock_.get(), LOCK_EX | LOCK_NB) != 0) return 0;  // another keeper has it
+    idle_clients_.push_back({std::move(*first), std::chrono::steady_clock::now()});
     ca_identity_ = file_identity(ca_);
     if (!listen(err)) return 1;
     ::signal(SIGPIPE, SIG_IGN);
@@ -151,8 +163,11 @@ class Keeper {
     bool ours = true;
     for (;;) {
       pollfd p{listener_.get(), POLLIN, 0};
-      int n = ::poll(&p, 1, 1000);
-      if (n > 0) accept_one();
+      if (::poll(&p, 1, 1000) > 0 && accept_one() == Accepted::out_of_resources) {
+        // No descriptor or thread to spare: the command waits in the backlog meanwhile.
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      join_finished();
       ours = socket_is_ours();
       // A CA removed or replaced (the cluster renewed, or the folder it was in removed):
       // commands now look for a keeper that verifies with the new one.
@@ -161,39 +176,87 @@ class Keeper {
       if (!ours || !ca_same || coordinator_failed_) break;
       if (active_ == 0 && std::chrono::steady_clock::now() - last_used_ >= idle_) break;
     }
-    // No command finds the socket from now on; the ones that reached it already are served.
+    // No command finds the socket from now on, and a new keeper may start at once; the
+    // commands that reached this one already are served.
     if (ours) ::unlink(socket_.c_str());
+    lock_.reset();
     int flags = ::fcntl(listener_.get(), F_GETFL);
     ::fcntl(listener_.get(), F_SETFL, flags | O_NONBLOCK);
-    while (accept_one()) {
+    for (int tries = 0; tries < 100;) {
+      Accepted a = accept_one();
+      if (a == Accepted::none_waiting) break;
+      if (a == Accepted::out_of_resources) {
+        ++tries;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     }
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return active_ == 0; });
+    listener_.reset();
+    {
+      std::unique_lock lock(mu_);
+      done_.wait(lock, [&] { return active_ == 0; });
+    }
+    join_finished();
   }
 
-  // Accepts one waiting command (false when none was waiting) and serves it on a thread
-  // of its own, when it runs as this user.
-  bool accept_one() {
+  enum class Accepted { served, none_waiting, out_of_resources };
+
+  // Accepts one waiting command, when the keeper serves fewer than kMaxConnections, and
+  // serves it on a thread of its own when it runs as this user.
+  Accepted accept_one() {
+    {
+      // At the limit, commands wait in the listen backlog until one ends.
+      std::lock_guard lock(mu_);
+      if (active_ >= kMaxConnections) return Accepted::out_of_resources;
+    }
     int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return false;
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Accepted::none_waiting;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) return Accepted::out_of_resources;
+      return Accepted::served;  // that one is gone (ECONNABORTED, EINTR): go on
+    }
     UniqueFd conn(fd);
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) return true;
-    {
-      std::lock_guard lock(mu_);
-      ++active_;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) {
+      return Accepted::served;
     }
-    std::thread([this, c = std::make_shared<UniqueFd>(std::move(conn))] { serve(c->release()); }).detach();
-    return true;
+    std::lock_guard lock(mu_);
+    try {
+      auto held = std::make_shared<UniqueFd>(std::move(conn));
+      const std::uint64_t id = ++thread_seq_;
+      threads_.emplace(id, std::thread([this, held, id] { serve(held->release(), id); }));
+      ++active_;
+    } catch (const std::exception&) {
+      return Accepted::out_of_resources;  // no thread: the connection closes unanswered
+    }
+    return Accepted::served;
   }
 
-  void serve(int fd) {
-    net::serve_http_blocking(fd, [this](net::HttpRequest& req) { return relay(req); }, kMaxBody);
+  void serve(int fd, std::uint64_t id) {
+    try {
+      net::serve_http_blocking(fd, [this](net::HttpRequest& req) { return relay(req); }, kMaxBody, kCommandIdle);
+    } catch (const std::exception&) {
+      // Out of memory for one command's request: that command gets no answer, the others do.
+    }
     std::lock_guard lock(mu_);
     --active_;
+    finished_.push_back(id);
     last_used_ = std::chrono::steady_clock::now();
     done_.notify_all();
+  }
+
+  void join_finished() {
+    std::vector<std::thread> ended;
+    {
+      std::lock_guard lock(mu_);
+      for (std::uint64_t id : finished_) {
+        auto it = threads_.find(id);
+        ended.push_back(std::move(it->second));
+        threads_.erase(it);
+      }
+      finished_.clear();
+    }
+    for (auto& t : ended) t.join();
   }
 
   net::HttpResponse relay(net::HttpRequest& req) {
@@ -202,11 +265,15 @@ class Keeper {
       if (!hop_by_hop(name)) headers.emplace_back(name, value);
     }
     std::unique_ptr<net::HttpClient> client;
+    std::vector<std::unique_ptr<net::HttpClient>> stale;  // closed outside the lock
     {
       std::lock_guard lock(mu_);
-      if (!idle_clients_.empty()) {
-        client = std::move(idle_clients_.back());
+      auto now = std::chrono::steady_clock::now();
+      while (!client && !idle_clients_.empty()) {
+        auto kept = std::move(idle_clients_.back());
         idle_clients_.pop_back();
+        if (now - kept.since < kMaxClientIdle) client = std::move(kept.client);
+        else stale.push_back(std::move(kept.client));
       }
     }
     Result<net::HttpResponse> answer = make_error(ErrorCode::Internal, "");
@@ -218,7 +285,9 @@ class Keeper {
     if (client) answer = client->request(req.method, req.target, req.body, headers);
     if (answer) {
       std::lock_guard lock(mu_);
-      if (idle_clients_.size() < kMaxIdleClients) idle_clients_.push_back(std::move(client));
+      if (idle_clients_.size() < kMaxIdleClients) {
+        idle_clients_.push_back({std::move(client), std::chrono::steady_clock::now()});
+      }
       return std::move(*answer);
     }
     {
@@ -235,14 +304,22 @@ class Keeper {
   }
 
   std::string url_, ca_, session_file_, socket_;
+  UniqueFd lock_;
   std::string ca_identity_;
   std::chrono::steady_clock::duration idle_;
   UniqueFd listener_;
   ino_t socket_ino_ = 0;
   std::mutex mu_;
   std::condition_variable done_;
-  std::vector<std::unique_ptr<net::HttpClient>> idle_clients_;
-  int active_ = 0;
+  struct IdleClient {
+    std::unique_ptr<net::HttpClient> client;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<IdleClient> idle_clients_;  // the most recently used last
+  int active_ = 0;  // commands' connections being served
+  std::map<std::uint64_t, std::thread> threads_;
+  std::vector<std::uint64_t> finished_;  // threads that ended, to be joined
+  std::uint64_t thread_seq_ = 0;
   std::chrono::steady_clock::time_point last_used_;
   bool coordinator_failed_ = false;
 };
@@ -257,7 +334,8 @@ KeeperUse keeper_use(const EnvLookup& env) {
     if (*v == "off" || (ec == std::errc() && end == v->data() + v->size() && seconds <= 0)) return use;
     if (ec == std::errc() && end == v->data() + v->size()) use.idle_seconds = seconds;
   }
-  if (auto runtime = non_empty(env, "XDG_RUNTIME_DIR")) {
+  // A relative XDG_RUNTIME_DIR is to be ignored (the XDG base directory specification).
+  if (auto runtime = non_empty(env, "XDG_RUNTIME_DIR"); runtime && runtime->starts_with("/")) {
     use.dir = *runtime + "/corral";
   } else {
     use.dir = "/tmp/corral-" + std::to_string(::geteuid());
@@ -288,30 +366,43 @@ std::string keeper_socket(const KeeperUse& use, const ConnectionSettings& settin
 void start_keeper(const KeeperUse& use, const ConnectionSettings& settings, const std::string& socket) {
   std::string exe = self_exe();
   if (exe.empty() || socket.empty()) return;
-  std::vector<std::string> args = {exe,           "keep-connection", "--socket", socket, "--url", settings.url,
-                                   "--ca",        settings.ca,       "--idle",   std::to_string(use.idle_seconds)};
+  std::error_code ec;
+  auto absolute = [&ec](const std::string& path) { return std::filesystem::absolute(path, ec).string(); };
+  std::vector<std::string> args = {exe,     "keep-connection",   "--socket", absolute(socket),
+                                   "--url", settings.url,        "--ca",     absolute(settings.ca),
+                                   "--idle", std::to_string(use.idle_seconds)};
   if (!settings.session_file.empty()) {
     args.push_back("--session-file");
-    args.push_back(settings.session_file);
+    args.push_back(absolute(settings.session_file));
+  }
+  // Not the command's environment (its token, whatever else it holds): only what decides
+  // how OpenSSL is set up.
+  std::vector<std::string> env;
+  for (const char* name : {"OPENSSL_CONF", "OPENSSL_MODULES"}) {
+    if (const char* v = std::getenv(name)) env.push_back(std::string(name) + "=" + v);
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const long max_fd = std::min(::sysconf(_SC_OPEN_MAX), 65536L);
   pid_t child = ::fork();
   if (child < 0) return;
   if (child == 0) {
     // Its own session, so that the terminal's hangup or Ctrl-C does not reach it, and a
-    // grandchild, so that no process waits on it.
+    // grandchild, so that no process waits on it. No descriptor of the command's is kept
+    // (a pipe kept open would hold `$(corral ...)` until the keeper ends), nor its folder.
     ::setsid();
     if (::fork() != 0) ::_exit(0);
     int null = ::open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
+    if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 || ::dup2(null, 2) < 0) ::_exit(127);
+    if (::close_range(3, ~0u, 0) != 0) {
+      for (long fd = 3; fd < max_fd; ++fd) ::close(static_cast<int>(fd));
     }
-    ::close_range(3, ~0u, 0);
-    ::execv(argv[0], argv.data());
+    if (::chdir("/") != 0) ::_exit(127);
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   int status = 0;

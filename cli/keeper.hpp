@@ -12,14 +12,21 @@
 // - Who: each side checks the other runs as the same user (SO_PEERCRED) before a byte of
 //   a request (which carries the user's token) crosses.
 // - When: a command that found no keeper talks TLS itself and, once the coordinator has
-//   answered it, starts one (not inside a corral job, whose processes end with it). The
-//   keeper ends after CORRAL_KEEP_CONNECTION seconds without a command (600 by default;
-//   0 turns keepers off), when it could not get an answer from the coordinator (it answers
-//   that command with the reason; the next one goes directly), or when its socket is
-//   removed. It serves every command that reached it before it ends.
-// - What: each request as it came (method, target, headers, body), each answer back; a
-//   failure of its own comes back as HTTP 502 with X-Corral-Keeper-Error naming the error
-//   code, and the message as {"error": ...}.
+//   answered it, starts one (not inside a corral job, whose processes end with it), with
+//   none of the command's environment or descriptors and / as its folder. The keeper stops
+//   taking commands after CORRAL_KEEP_CONNECTION seconds without one (600 by default; 0
+//   turns keepers off), once it could not get an answer from the coordinator (it answers
+//   that command with the reason; the next goes directly), or when its socket or CA file
+//   is removed or replaced. It then removes its socket and lets go of its lock (a new
+//   keeper may start at once), serves the commands already connected, each until it has
+//   been idle 15 s, and ends.
+// - What: each request's method, target, body and end-to-end headers (a repeated header
+//   keeps its last value), each answer back; a failure of its own comes back as HTTP 502
+//   with X-Corral-Keeper-Error naming the error code, and the message as {"error": ...}.
+// - A keeper that ends without answering (killed): the command sends the request again
+//   directly when the coordinator cannot have seen it (it was not sent whole, or it is a
+//   GET), and otherwise fails saying it may have reached the coordinator; either way its
+//   later requests go directly.
 
 #include <iosfwd>
 #include <string>

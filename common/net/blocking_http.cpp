@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
@@ -30,20 +31,29 @@ std::string lowercase(std::string_view s) {
 
 }  // namespace
 
-void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body) {
+void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body,
+                         Duration timeout) {
   asio::io_context io(1);
-  asio::local::stream_protocol::socket sock(io);
+  // Blocking in effect: each operation runs the private io_context to its end, so that the
+  // stream's expiry bounds it (Asio's synchronous reads would ignore SO_RCVTIMEO).
+  beast::basic_stream<asio::local::stream_protocol> stream(io);
   boost::system::error_code ec;
-  sock.assign(asio::local::stream_protocol(), fd, ec);
+  stream.socket().assign(asio::local::stream_protocol(), fd, ec);
   if (ec) {
     ::close(fd);
     return;
   }
+  auto finish = [&io] {
+    io.restart();
+    io.run();
+  };
   beast::flat_buffer buffer;
   while (!ec) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(max_body);
-    http::read(sock, buffer, parser, ec);
+    stream.expires_after(timeout);
+    http::async_read(stream, buffer, parser, [&ec](beast::error_code e, std::size_t) { ec = e; });
+    finish();
     if (ec) break;
     auto req = parser.release();
     HttpRequest in;
@@ -64,7 +74,9 @@ void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>
     res.body() = std::move(out.body);
     res.keep_alive(req.keep_alive());
     res.prepare_payload();
-    http::write(sock, res, ec);
+    stream.expires_after(timeout);
+    http::async_write(stream, res, [&ec](beast::error_code e, std::size_t) { ec = e; });
+    finish();
     if (!req.keep_alive()) break;
   }
 }

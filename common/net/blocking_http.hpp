@@ -5,15 +5,18 @@
 
 #include <functional>
 
+#include "common/core/time.hpp"
 #include "common/net/http_types.hpp"
 
 namespace corral::net {
 
 // Takes `fd` over (and closes it) and answers each request with `handle` until the peer
-// closes, asks to close, or sends what is not HTTP or a body over `max_body` bytes.
+// closes, asks to close, sends what is not HTTP or a body over `max_body` bytes, or takes
+// longer than `timeout` to send a whole request (or to take an answer).
 // Request header names are lowercase; the request's `path` and `query` are not filled.
 // The answer's hop-by-hop headers (Connection, Content-Length, Transfer-Encoding,
 // Keep-Alive) are its own, whatever `headers` says; `stream` is not supported.
-void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body);
+void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body,
+                         Duration timeout);
 
 }  // namespace corral::net

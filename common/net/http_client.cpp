@@ -11,6 +11,7 @@
 #include <ctime>
 #include <optional>
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -45,10 +46,23 @@ struct HttpClient::Impl {
   std::optional<beast::basic_stream<local>> local_stream;
   beast::flat_buffer buffer;
 
+  int exchanges = 0;  // answered on the current connection
+  bool unsent = false;  // the last request's failure left it unsent
+
   bool connected() const { return stream.has_value() || local_stream.has_value(); }
   void disconnect() {
     stream.reset();
     local_stream.reset();
+    exchanges = 0;
+  }
+
+  // A kept-alive connection the server has closed (or said anything on, unasked) is seen
+  // as readable before the next request is written.
+  bool closed_by_server() {
+    int fd = local_stream ? local_stream->socket().native_handle()
+                          : beast::get_lowest_layer(*stream).socket().native_handle();
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;
   }
 
   // Runs the io_context until the operation finished; the stream's expiry bounds it.
@@ -65,6 +79,9 @@ struct HttpClient::Impl {
     if (!set_sni(stream->native_handle(), url.host)) {
       return make_error(ErrorCode::Internal, "cannot set TLS server name");
     }
+    // A long-lived client (the connection keeper) verifies the server again a day after it
+    // last did, as a later process would.
+    if (session && static_cast<std::int64_t>(std::time(nullptr)) - verified_at >= kMaxVerifiedAge) session.reset();
     if (session) SSL_set_session(stream->native_handle(), session.get());
     // Verify the certificate names this host (DNS name or IP address SAN).
     stream->set_verify_callback(ssl::host_name_verification(url.host));
@@ -151,23 +168,29 @@ struct HttpClient::Impl {
     return {};
   }
 
-  Result<HttpResponse> exchange(http::request<http::string_body>& req, bool& retryable) {
-    if (local_stream) return exchange_on(*local_stream, req, retryable);
-    return exchange_on(*stream, req, retryable);
+  // How far a failed exchange got: whether the server may have acted on the request.
+  enum class Failed { unsent, unanswered, other };
+
+  Result<HttpResponse> exchange(http::request<http::string_body>& req, Failed& failed) {
+    if (local_stream) return exchange_on(*local_stream, req, failed);
+    return exchange_on(*stream, req, failed);
   }
 
   template <class Stream>
-  Result<HttpResponse> exchange_on(Stream& on, http::request<http::string_body>& req, bool& retryable) {
+  Result<HttpResponse> exchange_on(Stream& on, http::request<http::string_body>& req, Failed& failed) {
     boost::system::error_code ec;
     beast::get_lowest_layer(on).expires_after(timeout);
     http::async_write(on, req, [&ec](beast::error_code e, std::size_t) { ec = e; });
     run();
     if (ec) {
-      retryable = true;
-      return make_error(ErrorCode::Unavailable, "cannot send request: " + ec.message());
+      // Not all of it went out: a server acts on no request before its last byte.
+      failed = ec == beast::error::timeout ? Failed::other : Failed::unsent;
+      return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
+                        "cannot send request: " + ec.message());
     }
     http::response_parser<http::string_body> parser;
     parser.body_limit(256 * 1024 * 1024);
+    if (req.method() == http::verb::head) parser.skip(true);
     std::size_t got = 0;
     http::async_read(on, buffer, parser, [&ec, &got](beast::error_code e, std::size_t n) {
       ec = e;
@@ -175,8 +198,7 @@ struct HttpClient::Impl {
     });
     run();
     if (ec) {
-      // A kept-alive connection the server closed fails on the first read: try once more.
-      retryable = got == 0 && ec != beast::error::timeout;
+      failed = got == 0 && ec != beast::error::timeout ? Failed::unanswered : Failed::other;
       return make_error(ec == beast::error::timeout ? ErrorCode::Timeout : ErrorCode::Unavailable,
                         "no response: " + ec.message());
     }
@@ -245,10 +267,13 @@ Result<void> HttpClient::connect() {
   return impl_->connect();
 }
 
+bool HttpClient::last_request_unsent() const { return impl_->unsent; }
+
 Result<HttpResponse> HttpClient::request(const std::string& method, const std::string& target,
                                          const std::string& body,
                                          const std::vector<std::pair<std::string, std::string>>& headers) {
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+  if (req.method() == http::verb::unknown) req.method_string(method);
   req.set(http::field::host, impl_->host);
   req.set(http::field::user_agent, "corral");
   for (const auto& [name, value] : headers) req.set(name, value);
@@ -256,19 +281,28 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
   req.body() = body;
   req.keep_alive(true);
   req.prepare_payload();
+  // Sent again, on a new connection, only what the server cannot have acted on: a request
+  // not written whole, or an idempotent one on a kept-alive connection that closed before
+  // any answer. A POST that may have been acted on is not (a job would be submitted twice).
+  const bool idempotent = req.method() != http::verb::post && req.method() != http::verb::patch;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    bool reused = impl_->connected();
-    if (!reused) {
+    if (impl_->connected() && impl_->exchanges > 0 && impl_->closed_by_server()) impl_->disconnect();
+    bool reused = impl_->connected() && impl_->exchanges > 0;
+    impl_->unsent = true;
+    if (!impl_->connected()) {
       if (auto c = impl_->connect(); !c) return std::unexpected(c.error());
     }
-    bool retryable = false;
-    auto res = impl_->exchange(req, retryable);
+    auto failed = Impl::Failed::other;
+    auto res = impl_->exchange(req, failed);
+    impl_->unsent = !res && failed == Impl::Failed::unsent;
     if (res) {
+      ++impl_->exchanges;
       impl_->save_session();
       return res;
     }
     impl_->disconnect();
-    if (!(reused && retryable)) return res;
+    bool resend = reused && (failed == Impl::Failed::unsent || (failed == Impl::Failed::unanswered && idempotent));
+    if (!resend) return res;
   }
   return make_error(ErrorCode::Unavailable, "request failed");
 }

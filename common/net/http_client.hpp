@@ -44,10 +44,17 @@ class HttpClient {
   // failed handshake) when the server cannot be reached. Nothing is sent.
   Result<void> connect();
 
-  // One request; reconnects once if the kept-alive connection was closed. Unavailable
-  // when the server cannot be reached or the TLS handshake fails; Timeout past the limit.
+  // One request. A kept-alive connection the server has closed is replaced before the
+  // request is sent; one closed as it was sent is replaced and the request sent again when
+  // the server cannot have acted on it (not all of it was written, or it is not a POST or
+  // PATCH). Unavailable when the server cannot be reached, the TLS handshake fails or no
+  // answer came; Timeout past the limit.
   Result<HttpResponse> request(const std::string& method, const std::string& target, const std::string& body = {},
                                const std::vector<std::pair<std::string, std::string>>& headers = {});
+
+  // After a failed request: whether the server surely did not act on it (no connection,
+  // or not all of it written), so that it may be sent elsewhere.
+  bool last_request_unsent() const;
 
  private:
   struct Impl;

@@ -19,7 +19,6 @@ constexpr std::string_view kSessionMagic = "corral TLS session 2\n";
 constexpr std::size_t kMaxSessionFile = 64 * 1024;
 // However often it is resumed, a session stands for a verification this long at most
 // (RFC 8446 4.6.1 caps a resumption chain's life); then a full handshake verifies again.
-constexpr std::int64_t kMaxVerifiedAge = 24 * 3600;
 
 }  // namespace
 

@@ -26,6 +26,10 @@ struct KeptSession {
   std::int64_t verified_at = 0;  // seconds since the epoch
 };
 
+// How long after the server's certificate was verified a session of it may be resumed
+// (a day), in a later process or the same one.
+inline constexpr std::int64_t kMaxVerifiedAge = 24 * 3600;
+
 // What a session is good for: the server's URL, the CA that verified it, and the client
 // certificate it was given (if any).
 std::string session_key(const std::string& url, const std::string& ca, const std::string& cert);

@@ -48,6 +48,9 @@ class CliClusterTest : public ::testing::Test {
 
   void TearDown() override {
     corral({"cancel", "--state", "PENDING,STARTING,RUNNING"});
+    // The keeper would end with the test's folder anyway; a test that failed midway may
+    // have left one busy.
+    if (pid_t keeper = keeper_pid(); keeper > 0) ::kill(keeper, SIGKILL);
     if (HasFailure()) {
       for (const auto& line : coord_.process().lines()) std::cerr << "coordinator: " << line << "\n";
     }
@@ -108,7 +111,14 @@ class CliClusterTest : public ::testing::Test {
     return ok ? cred.pid : 0;
   }
 
-  static bool running(pid_t pid) { return ::kill(pid, 0) == 0; }
+  // Not ended (a zombie, left to an init that does not reap, has).
+  static bool running(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return false;
+    auto close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+  }
 
   testing::TempDir dir_;
   std::string runtime_ = [this] {
@@ -536,6 +546,14 @@ TEST_F(CliClusterTest, AKeeperEndsWhenIdleOrWhenTheCoordinatorIsGoneAndTheComman
   o = corral({"queue"});
   ASSERT_EQ(o.exit_code, 0) << o.err;
   ASSERT_TRUE(eventually([&] { return (keeper = keeper_pid()) > 0; }, 10s));
+  // Killed, it leaves its socket behind: the next command goes directly and starts another.
+  ASSERT_EQ(::kill(keeper, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return !running(keeper); }, 10s));
+  o = corral({"queue"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  pid_t second = 0;
+  ASSERT_TRUE(eventually([&] { return (second = keeper_pid()) > 0 && second != keeper; }, 10s));
+  keeper = second;
   coord_.kill9();
   auto through = corral({"queue"});
   EXPECT_TRUE(eventually([&] { return !running(keeper); }, 10s)) << "the keeper outlived its coordinator";
@@ -550,6 +568,7 @@ TEST_F(CliClusterTest, AKeeperEndsWhenIdleOrWhenTheCoordinatorIsGoneAndTheComman
 // Each side sends nothing to a process of another user: a command does not send its token
 // to a socket served by someone else (it goes directly), and a keeper answers nobody else.
 TEST_F(CliClusterTest, NeitherACommandNorTheKeeperTalksToAnotherUsersProcess) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to act as another user";
   auto o = corral({"queue"});
   ASSERT_EQ(o.exit_code, 0) << o.err;
   pid_t keeper = 0;
@@ -593,6 +612,9 @@ TEST_F(CliClusterTest, NeitherACommandNorTheKeeperTalksToAnotherUsersProcess) {
   ::waitpid(other, nullptr, 0);
   EXPECT_EQ(got, '0') << "e: could not become nobody, c: could not connect, a: answered";
   ASSERT_EQ(::chmod((runtime_ + "/corral").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(runtime_.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   EXPECT_TRUE(running(keeper));
 
   // The keeper gone, its socket taken over by nobody's process: the command does not send
