@@ -58,6 +58,16 @@ def rss_kb(pid):
     return 0
 
 
+def pss_kb(pid):
+    """Proportional set size: each shared page counted as a share among the processes that
+    map it (four simulated agents share corral-agent's text, four slurmd slurmd's)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
 def private_kb(pid):
     """The pages only this process maps (USS): what it costs beyond the shared libraries
     that other processes on the node map too."""
@@ -72,7 +82,7 @@ def private_kb(pid):
 def memory(c, slurm):
     pids = {"corral": c.procs[0].pid, "slurm": slurm.pid("slurmctld"),
             "corral_agent": c.procs[1].pid, "slurm_node": slurm.pid("slurmd-s1")}
-    return {k: (rss_kb(p), private_kb(p)) for k, p in pids.items()}
+    return {k: (rss_kb(p), private_kb(p), pss_kb(p)) for k, p in pids.items()}
 
 
 class PrivateSlurm:
@@ -329,7 +339,7 @@ def main():
     rows = [("idle", mem_idle)] + ([(f"after {args.memory_jobs} jobs", mem_after)] if mem_after else [])
     for when, mem in rows:
         for daemon, a, b in (("controller", "corral", "slurm"), ("node daemon", "corral_agent", "slurm_node")):
-            for i, kind in enumerate(("RSS", "private")):
+            for i, kind in enumerate(("RSS", "private", "PSS")):
                 label = f"{daemon} {kind} {when} MB"
                 x, y = mem[a][i], mem[b][i]
                 print(f"{label:52} {x / 1024:10.1f}{'':16} {y / 1024:10.1f}{'':16} {x / y:8.2f}")

@@ -27,6 +27,9 @@ stop_demo() {
     fi
     rm -f "$f"
   done
+  # The script's own connection keeper (docs/cli.md) ends once its socket is gone.
+  rm -rf "$DEMO/run"
+  for _ in $(seq 30); do pgrep -f "keep-connection --socket $DEMO/run/" >/dev/null || break; sleep 0.1; done
   echo "corral demo: stopped"
 }
 
@@ -101,6 +104,10 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
 fi
 
 export CORRAL_URL=$URL CORRAL_TOKEN=$TOKEN CORRAL_CA=$DEMO/state/ca.pem
+# This script's commands leave their connection keeper (docs/cli.md) in the demo's folder,
+# so that `scripts/demo.sh stop` ends it too.
+mkdir -m 0700 -p "$DEMO/run"
+export XDG_RUNTIME_DIR=$DEMO/run
 want=2; [[ -n "$GPU_NODE" ]] && want=3
 for _ in $(seq 100); do
   up=$("$CLI" nodes --json | grep -o '"state": *"up"' | wc -l || true)
@@ -155,8 +162,11 @@ The cluster keeps running. To use it from this shell:
   export PATH=$BUILD/cli:\$PATH
   corral queue
 
-On this machine CORRAL_URL=unix:$DEMO/coordinator.sock (the coordinator's local socket)
-works too, without CORRAL_CA, and starts each command faster.
+After the first command over TLS, the next ones go through your connection keeper, a
+background process that keeps the TLS connection (docs/cli.md; it ends after 10 idle
+minutes, CORRAL_KEEP_CONNECTION=0 turns it off). On this machine
+CORRAL_URL=unix:$DEMO/coordinator.sock (the coordinator's local socket) works too,
+without CORRAL_CA.
 
 Status page: $URL/ (the CA is $DEMO/state/ca.pem). Logs: $DEMO/logs/.
 Stop it with: scripts/demo.sh stop
