@@ -22,10 +22,10 @@ source "$CORRAL_ROOT/scripts/build.sh"
 
 corral_install_deps "${CORRAL_TEST_PACKAGES[@]}"
 if [[ "$CORRAL_SANITIZE" == thread ]]; then
-  corral_build --target blocking_work_test agent_inventory_test net_test
+  corral_build --target blocking_work_test agent_inventory_test net_test blocking_http_test keeper_relay_test
   cd "$CORRAL_BUILD"
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1} ctest --output-on-failure --timeout 600 \
-    -R '^(BlockingWork|RunCommand|NetTest|NetLimitsTest)\.' "$@"
+    -R '^(BlockingWork|RunCommand|NetTest|NetLimitsTest|BlockingHttp|HttpClientResend|KeeperRelay)\.' "$@"
   exit 0
 fi
 corral_build
