@@ -29,9 +29,10 @@ Result<void> HttpApiClient::connect(bool try_keeper) {
   token_ = settings->token;
   if (std::string socket = try_keeper ? keeper_socket(keeper_, *settings) : ""; !socket.empty()) {
     // A keeper that is not there (or not this user's) was never sent anything: go directly.
-    // Its own attempt (a connection and an exchange, each within `timeout_`) ends first, so
-    // that its answer, not this process's deadline, says what went wrong.
-    auto k = net::HttpClient::create("unix:" + socket, {}, 2 * timeout_ + std::chrono::seconds(5), /*peer_is_me=*/true);
+    // The keeper's own attempt ends first (at worst: a kept connection found closed, a new
+    // connection and an exchange, each within `timeout_`), so that its answer, not this
+    // process's deadline, says what went wrong.
+    auto k = net::HttpClient::create("unix:" + socket, {}, 3 * timeout_ + std::chrono::seconds(5), /*peer_is_me=*/true);
     if (k && (*k)->connect()) {
       http_ = std::move(*k);
       via_keeper_ = true;
@@ -63,6 +64,10 @@ Result<net::HttpResponse> HttpApiClient::request(const std::string& method, cons
   http_.reset();
   via_keeper_ = false;
   if (!unsent && method != "GET") {
+    if (r.error().code() == ErrorCode::Timeout) {
+      return make_error(ErrorCode::Timeout, "no answer through the connection keeper (" + r.error().message() +
+                                                "); the request may have reached the coordinator");
+    }
     return make_error(ErrorCode::Unavailable, "the connection keeper ended before answering (" + r.error().message() +
                                                   "); the request may have reached the coordinator");
   }

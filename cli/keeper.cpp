@@ -36,7 +36,10 @@ namespace {
 
 constexpr std::size_t kMaxBody = 256 * 1024 * 1024;
 constexpr std::size_t kMaxIdleClients = 8;  // connections kept to the coordinator
-constexpr int kMaxConnections = 64;         // commands served at once
+// Commands served at once (each a thread): far more than a person runs (`corral run`,
+// `wait` and `logs -f` each hold one for as long as they follow a job), so that a command
+// is not left waiting in the listen backlog while its own deadline runs out.
+constexpr int kMaxConnections = 512;
 // A command's connection idle this long between requests is closed (a command sends its
 // next request at once; one stopped, as by Ctrl-Z, must not keep the keeper from ending).
 constexpr auto kCommandIdle = std::chrono::seconds(15);
@@ -182,12 +185,15 @@ class Keeper {
     lock_.reset();
     int flags = ::fcntl(listener_.get(), F_GETFL);
     ::fcntl(listener_.get(), F_SETFL, flags | O_NONBLOCK);
-    for (int tries = 0; tries < 100;) {
+    // While commands are being served, the next ending one frees what the waiting ones
+    // need; with none, a shortage that is not the keeper's is waited out for 5 s at most.
+    for (int idle_tries = 0; idle_tries < 100;) {
       Accepted a = accept_one();
       if (a == Accepted::none_waiting) break;
       if (a == Accepted::out_of_resources) {
-        ++tries;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::unique_lock lock(mu_);
+        if (active_ == 0) ++idle_tries;
+        done_.wait_for(lock, std::chrono::milliseconds(50));
       }
     }
     listener_.reset();

@@ -19,7 +19,8 @@
 //   that command with the reason; the next goes directly), or when its socket or CA file
 //   is removed or replaced. It then removes its socket and lets go of its lock (a new
 //   keeper may start at once), serves the commands already connected, each until it has
-//   been idle 15 s, and ends.
+//   been idle 15 s, and ends. It serves up to 512 commands at once; a request whose
+//   command has gone meanwhile (interrupted, or given up) is not relayed.
 // - What: each request's method, target, body and end-to-end headers (a repeated header
 //   keeps its last value), each answer back; a failure of its own comes back as HTTP 502
 //   with X-Corral-Keeper-Error naming the error code, and the message as {"error": ...}.

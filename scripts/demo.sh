@@ -10,7 +10,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DEMO=${CORRAL_DEMO_DIR:-/tmp/corral-demo}
+DEMO=$(realpath -m "${CORRAL_DEMO_DIR:-/tmp/corral-demo}")
 BUILD=${CORRAL_BUILD:-$ROOT/build}
 
 stop_demo() {

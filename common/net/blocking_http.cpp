@@ -1,5 +1,6 @@
 #include "common/net/blocking_http.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -56,6 +57,10 @@ void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>
     finish();
     if (ec) break;
     auto req = parser.release();
+    // A sender that has gone since (closed its end: a command interrupted, or one that
+    // gave up waiting) gets nothing done for it.
+    pollfd gone{stream.socket().native_handle(), POLLRDHUP, 0};
+    if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) break;
     HttpRequest in;
     in.method = std::string(req.method_string());
     in.target = std::string(req.target());

@@ -11,7 +11,7 @@
 namespace corral::net {
 
 // Takes `fd` over (and closes it) and answers each request with `handle` until the peer
-// closes, asks to close, sends what is not HTTP or a body over `max_body` bytes, or takes
+// closes (a request whose sender closed its end after sending it is not handled), asks to close, sends what is not HTTP or a body over `max_body` bytes, or takes
 // longer than `timeout` to send a whole request (or to take an answer).
 // Request header names are lowercase; the request's `path` and `query` are not filled.
 // The answer's hop-by-hop headers (Connection, Content-Length, Transfer-Encoding,

@@ -71,7 +71,15 @@ struct HttpClient::Impl {
     io.run();
   }
 
+  // Connected, or (on any failure) not connected at all: a failed attempt leaves no
+  // half-made stream for the next request to be written on.
   Result<void> connect() {
+    auto made = connect_once();
+    if (!made) disconnect();
+    return made;
+  }
+
+  Result<void> connect_once() {
     disconnect();
     buffer.clear();
     if (!socket_path.empty()) return connect_local();
@@ -285,16 +293,18 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
   // not written whole, or an idempotent one on a kept-alive connection that closed before
   // any answer. A POST that may have been acted on is not (a job would be submitted twice).
   const bool idempotent = req.method() != http::verb::post && req.method() != http::verb::patch;
+  bool maybe_seen = false;  // an attempt wrote the whole request
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (impl_->connected() && impl_->exchanges > 0 && impl_->closed_by_server()) impl_->disconnect();
     bool reused = impl_->connected() && impl_->exchanges > 0;
-    impl_->unsent = true;
+    impl_->unsent = !maybe_seen;
     if (!impl_->connected()) {
       if (auto c = impl_->connect(); !c) return std::unexpected(c.error());
     }
     auto failed = Impl::Failed::other;
     auto res = impl_->exchange(req, failed);
-    impl_->unsent = !res && failed == Impl::Failed::unsent;
+    maybe_seen = maybe_seen || res || failed != Impl::Failed::unsent;
+    impl_->unsent = !maybe_seen;
     if (res) {
       ++impl_->exchanges;
       impl_->save_session();

@@ -132,6 +132,28 @@ TEST(BlockingHttp, ABodyOverTheLimitClosesTheConnectionUnanswered) {
   EXPECT_EQ(handled.load(), 0);
 }
 
+// A request whose sender has closed its end since (a command interrupted, or one that gave
+// up waiting) is not acted on; the same request from a sender still there is.
+TEST(BlockingHttp, ARequestWhoseSenderHasGoneIsNotHandled) {
+  for (bool sender_gone : {true, false}) {
+    int ends[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends), 0);
+    const std::string request = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    ASSERT_EQ(::write(ends[0], request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    if (sender_gone) ::close(ends[0]);
+    int handled = 0;
+    serve_http_blocking(
+        ends[1],
+        [&](HttpRequest&) {
+          ++handled;
+          return HttpResponse{};
+        },
+        1024, 100ms);
+    EXPECT_EQ(handled, sender_gone ? 0 : 1) << (sender_gone ? "acted on for a sender that had gone" : "");
+    if (!sender_gone) ::close(ends[0]);
+  }
+}
+
 // A kept-alive connection closed after the server read the request, before it answered:
 // the server may have acted on it. A GET is sent again on a new connection; a POST is not
 // (a job would be submitted twice), and the caller is told.

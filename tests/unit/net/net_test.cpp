@@ -123,6 +123,43 @@ TEST_F(NetTest, ServesHttpOverTlsWithKeepAlive) {
   }
 }
 
+// A client whose connection could not be made (the coordinator restarting, as `corral
+// wait` rides out) connects anew at its next request, not writing on a half-made stream.
+TEST_F(NetTest, AClientThatCouldNotConnectConnectsAtItsNextRequest) {
+  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  ::close(probe);  // nothing listens there now
+  auto c = HttpClient::create("https://127.0.0.1:" + std::to_string(port), {dir_.file("ca.pem"), "", ""}, 5s);
+  ASSERT_TRUE(c.has_value());
+  auto refused = (*c)->request("GET", "/hello");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(refused.error().message().starts_with("cannot connect to 127.0.0.1:")) << refused.error().message();
+
+  EventLoop loop;
+  EchoHandler handler;
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = port;
+  opts.tls = {dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")};
+  auto later = Server::start(loop, opts, handler);
+  ASSERT_TRUE(later.has_value()) << later.error().message();
+  std::thread thread([&loop] { loop.run(); });
+  auto r = (*c)->request("GET", "/hello");
+  EXPECT_TRUE(r.has_value()) << r.error().message();
+  if (r) EXPECT_EQ(r->body, "GET /hello  cn=");
+  loop.post([&] {
+    (*later)->stop();
+    loop.stop();
+  });
+  thread.join();
+}
+
 TEST_F(NetTest, ClientCertificateCnReachesTheHandler) {
   auto c = client({dir_.file("ca.pem"), dir_.file("agent.pem"), dir_.file("agent.key")});
   auto r = c->request("GET", "/whoami");
