@@ -57,6 +57,18 @@ Result<net::HttpResponse> HttpApiClient::request(const std::string& method, cons
     if (auto c = connect(/*try_keeper=*/true); !c) return std::unexpected(c.error());
   }
   auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
+  if (r && via_keeper_) {
+    // The keeper's own failure to reach the coordinator is this command's failure, as if
+    // it had gone directly: the keeper's error code, the coordinator's message.
+    for (const auto& [name, value] : r->headers) {
+      if (!same_header_name(name, kKeeperErrorHeader)) continue;
+      ErrorCode code = ErrorCode::Unavailable;
+      for (ErrorCode c : {ErrorCode::Timeout, ErrorCode::InvalidArgument}) {
+        if (value == to_string(c)) code = c;
+      }
+      return make_error(code, error_from_response(ApiResponse{r->status, std::move(r->body)}).message());
+    }
+  }
   if (r || !via_keeper_) return r;
   // The keeper ended (or was killed) without answering: this and every later call go
   // directly. Sent again only when the coordinator cannot have seen it through the keeper.
@@ -85,19 +97,7 @@ Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::st
                                                                        : ErrorCode::Unavailable;
     return make_error(code, r.error().message());
   }
-  if (via_keeper_) {
-    // The keeper's own failure to reach the coordinator reads as if this process had
-    // failed to: the same code, the same message.
-    for (const auto& [name, value] : r->headers) {
-      if (!same_header_name(name, kKeeperErrorHeader)) continue;
-      ApiResponse relayed{r->status, std::move(r->body)};
-      std::string message = error_from_response(relayed).message();
-      ErrorCode code = value == to_string(ErrorCode::Timeout)           ? ErrorCode::Timeout
-                       : value == to_string(ErrorCode::InvalidArgument) ? ErrorCode::InvalidArgument
-                                                                         : ErrorCode::Unavailable;
-      return make_error(code, message);
-    }
-  } else if (!keeper_to_start_.empty()) {
+  if (!via_keeper_ && !keeper_to_start_.empty()) {
     start_keeper(keeper_, settings_used_, keeper_to_start_);
     keeper_to_start_.clear();
   }

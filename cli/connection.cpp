@@ -13,12 +13,6 @@ namespace corral::cli {
 
 namespace {
 
-std::optional<std::string> non_empty(const EnvLookup& env, const std::string& name) {
-  auto v = env(name);
-  if (!v || v->empty()) return std::nullopt;
-  return v;
-}
-
 // Reads at most the config limit (and one byte more, to notice a larger file).
 Result<std::string> read_config_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -38,7 +32,7 @@ Result<std::string> read_config_file(const std::string& path) {
 // "~/x" is expanded because YAML, unlike a shell, would keep the tilde.
 std::string resolve_ca(const std::string& ca, const std::string& config_path, const EnvLookup& env) {
   if (ca.starts_with("~/")) {
-    if (auto home = non_empty(env, "HOME")) return (std::filesystem::path(*home) / ca.substr(2)).string();
+    if (auto home = env_value(env, "HOME")) return (std::filesystem::path(*home) / ca.substr(2)).string();
     return ca;
   }
   std::filesystem::path p(ca);
@@ -47,6 +41,12 @@ std::string resolve_ca(const std::string& ca, const std::string& config_path, co
 }
 
 }  // namespace
+
+std::optional<std::string> env_value(const EnvLookup& env, const std::string& name) {
+  auto v = env(name);
+  if (!v || v->empty()) return std::nullopt;
+  return v;
+}
 
 EnvLookup process_environment() {
   return [](const std::string& name) -> std::optional<std::string> {
@@ -57,10 +57,10 @@ EnvLookup process_environment() {
 }
 
 std::string default_config_path(const EnvLookup& env) {
-  if (auto xdg = non_empty(env, "XDG_CONFIG_HOME")) {
+  if (auto xdg = env_value(env, "XDG_CONFIG_HOME")) {
     return (std::filesystem::path(*xdg) / "corral" / "config.yaml").string();
   }
-  if (auto home = non_empty(env, "HOME")) {
+  if (auto home = env_value(env, "HOME")) {
     return (std::filesystem::path(*home) / ".config" / "corral" / "config.yaml").string();
   }
   return {};
@@ -86,9 +86,9 @@ Result<ConnectionSettings> load_connection_settings(const std::optional<std::str
     s.token = parsed->token;
     if (!parsed->ca.empty()) s.ca = resolve_ca(parsed->ca, path, env);
   }
-  if (auto v = non_empty(env, "CORRAL_URL")) s.url = *v;
-  if (auto v = non_empty(env, "CORRAL_TOKEN")) s.token = *v;
-  if (auto v = non_empty(env, "CORRAL_CA")) s.ca = *v;
+  if (auto v = env_value(env, "CORRAL_URL")) s.url = *v;
+  if (auto v = env_value(env, "CORRAL_TOKEN")) s.token = *v;
+  if (auto v = env_value(env, "CORRAL_CA")) s.ca = *v;
   if (auto dir = user_config_dir(env); !dir.empty()) s.session_file = dir + "/tls-session";
 
   std::vector<std::string> missing;

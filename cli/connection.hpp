@@ -28,6 +28,9 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // The real process environment.
 EnvLookup process_environment();
 
+// A variable's value, nullopt when unset or empty (an empty variable counts as unset).
+std::optional<std::string> env_value(const EnvLookup& env, const std::string& name);
+
 // $XDG_CONFIG_HOME/corral/config.yaml, else $HOME/.config/corral/config.yaml; empty when
 // neither variable is set.
 std::string default_config_path(const EnvLookup& env);

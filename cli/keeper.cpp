@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +24,7 @@
 #include <thread>
 
 #include "common/core/fd.hpp"
+#include "common/core/strings.hpp"
 #include "common/core/version.hpp"
 #include "common/net/blocking_http.hpp"
 #include "common/net/http_client.hpp"
@@ -47,12 +47,6 @@ constexpr auto kCommandIdle = std::chrono::seconds(15);
 // 15 s (net::ServerLimits::idle_timeout), and a request is better sent on a new connection
 // than on one the coordinator may be closing.
 constexpr auto kMaxClientIdle = std::chrono::seconds(10);
-
-std::optional<std::string> non_empty(const EnvLookup& env, const std::string& name) {
-  auto v = env(name);
-  if (!v || v->empty()) return std::nullopt;
-  return v;
-}
 
 // `dir` (made mode 0700 when missing) when it is a folder of this user's that no one else
 // can enter: nobody else can then place a socket in it or reach one there.
@@ -96,8 +90,6 @@ bool hop_by_hop(const std::string& lower_name) {
   }
   return false;
 }
-
-std::string code_name(ErrorCode code) { return std::string(to_string(code)); }
 
 class Keeper {
  public:
@@ -304,7 +296,7 @@ class Keeper {
     }
     net::HttpResponse failed;
     failed.status = 502;
-    failed.headers.emplace_back(kKeeperErrorHeader, code_name(answer.error().code()));
+    failed.headers.emplace_back(kKeeperErrorHeader, std::string(to_string(answer.error().code())));
     failed.body = nlohmann::json{{"error", answer.error().message()}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return failed;
   }
@@ -334,19 +326,18 @@ class Keeper {
 
 KeeperUse keeper_use(const EnvLookup& env) {
   KeeperUse use;
-  if (auto v = non_empty(env, "CORRAL_KEEP_CONNECTION")) {
-    int seconds = 0;
-    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
-    if (*v == "off" || (ec == std::errc() && end == v->data() + v->size() && seconds <= 0)) return use;
-    if (ec == std::errc() && end == v->data() + v->size()) use.idle_seconds = seconds;
+  if (auto v = env_value(env, "CORRAL_KEEP_CONNECTION")) {
+    auto seconds = parse_int<int>(*v);
+    if (*v == "off" || (seconds && *seconds <= 0)) return use;
+    if (seconds) use.idle_seconds = *seconds;
   }
   // A relative XDG_RUNTIME_DIR is to be ignored (the XDG base directory specification).
-  if (auto runtime = non_empty(env, "XDG_RUNTIME_DIR"); runtime && runtime->starts_with("/")) {
+  if (auto runtime = env_value(env, "XDG_RUNTIME_DIR"); runtime && runtime->starts_with("/")) {
     use.dir = *runtime + "/corral";
   } else {
     use.dir = "/tmp/corral-" + std::to_string(::geteuid());
   }
-  use.may_start = !non_empty(env, "CORRAL_JOB_ID").has_value();
+  use.may_start = !env_value(env, "CORRAL_JOB_ID").has_value();
   return use;
 }
 
@@ -431,11 +422,12 @@ int run_keeper(const std::vector<std::string>& args, std::ostream& err) {
     else if (flag == "--ca") ca = value;
     else if (flag == "--session-file") session_file = value;
     else if (flag == "--idle") {
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), idle);
-      if (ec != std::errc() || end != value.data() + value.size() || idle <= 0) {
+      auto seconds = parse_int<int>(value);
+      if (!seconds || *seconds <= 0) {
         err << "corral keep-connection: --idle: not a positive number of seconds: " << value << "\n";
         return 1;
       }
+      idle = *seconds;
     } else {
       err << "corral keep-connection: unknown option " << flag << "\n";
       return 1;

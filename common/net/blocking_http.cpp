@@ -8,7 +8,8 @@
 #include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <cctype>
+
+#include "common/net/beast_request.hpp"
 
 namespace corral::net {
 
@@ -16,21 +17,8 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 
-namespace {
-
-// Set from the answer itself, never copied from its headers.
-bool set_here(http::field f) {
-  return f == http::field::connection || f == http::field::content_length || f == http::field::transfer_encoding ||
-         f == http::field::keep_alive || f == http::field::content_type;
-}
-
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-}  // namespace
+// Beast's own default: what a command's headers need, many times over.
+constexpr std::size_t kMaxHeaderBytes = 8 * 1024;
 
 void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body,
                          Duration timeout) {
@@ -50,8 +38,8 @@ void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>
   };
   beast::flat_buffer buffer;
   while (!ec) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(max_body);
+    BeastRequestParser parser;
+    limit_parser(parser, kMaxHeaderBytes, max_body);
     stream.expires_after(timeout);
     http::async_read(stream, buffer, parser, [&ec](beast::error_code e, std::size_t) { ec = e; });
     finish();
@@ -61,22 +49,8 @@ void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>
     // gave up waiting) gets nothing done for it.
     pollfd gone{stream.socket().native_handle(), POLLRDHUP, 0};
     if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) break;
-    HttpRequest in;
-    in.method = std::string(req.method_string());
-    in.target = std::string(req.target());
-    for (const auto& f : req) {
-      std::string name = lowercase(f.name_string());
-      if (in.headers.contains(name)) in.repeated_headers.push_back(name);
-      in.headers[name] = std::string(f.value());
-    }
-    in.body = std::move(req.body());
-    HttpResponse out = handle(in);
-    http::response<http::string_body> res(static_cast<http::status>(out.status), 11);
-    if (!out.content_type.empty()) res.set(http::field::content_type, out.content_type);
-    for (const auto& [name, value] : out.headers) {
-      if (!set_here(http::string_to_field(name))) res.insert(name, value);
-    }
-    res.body() = std::move(out.body);
+    HttpRequest in = to_request(req, "", "");
+    auto res = to_beast_response(handle(in), req.version());
     res.keep_alive(req.keep_alive());
     res.prepare_payload();
     stream.expires_after(timeout);

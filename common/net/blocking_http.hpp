@@ -13,9 +13,9 @@ namespace corral::net {
 // Takes `fd` over (and closes it) and answers each request with `handle` until the peer
 // closes (a request whose sender closed its end after sending it is not handled), asks to close, sends what is not HTTP or a body over `max_body` bytes, or takes
 // longer than `timeout` to send a whole request (or to take an answer).
-// Request header names are lowercase; the request's `path` and `query` are not filled.
-// The answer's hop-by-hop headers (Connection, Content-Length, Transfer-Encoding,
-// Keep-Alive) are its own, whatever `headers` says; `stream` is not supported.
+// The request is read as the server reads one (to_request: lowercase header names, the
+// target decoded); the answer written as the server writes one (to_beast_response);
+// `stream` is not supported.
 void serve_http_blocking(int fd, const std::function<HttpResponse(HttpRequest&)>& handle, std::size_t max_body,
                          Duration timeout);
 

@@ -31,6 +31,21 @@ HttpRequest to_request(const BeastRequest& req, const std::string& peer_cn, cons
   return out;
 }
 
+BeastResponse to_beast_response(HttpResponse res, unsigned version) {
+  BeastResponse out(static_cast<http::status>(res.status), version);
+  if (!res.content_type.empty()) out.set(http::field::content_type, res.content_type);
+  for (auto& [name, value] : res.headers) {
+    http::field f = http::string_to_field(name);
+    if (f == http::field::content_type || f == http::field::content_length || f == http::field::transfer_encoding ||
+        f == http::field::connection || f == http::field::keep_alive) {
+      continue;
+    }
+    out.insert(name, value);
+  }
+  out.body() = std::move(res.body);
+  return out;
+}
+
 Result<HttpRequest> parse_http_request(std::string_view bytes, std::size_t max_header_bytes,
                                        std::size_t max_body_bytes) {
   BeastRequestParser parser;

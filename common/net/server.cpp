@@ -575,13 +575,11 @@ class Session : public Slot, public std::enable_shared_from_this<Session<Stream>
 
   void write(HttpResponse res, unsigned version) {
     if (res.stream) return start_stream(std::move(res), version);
-    auto msg = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(res.status), version);
+    const int status = res.status;
+    auto msg = std::make_shared<BeastResponse>(to_beast_response(std::move(res), version));
     msg->set(http::field::server, "corral");
-    msg->set(http::field::content_type, res.content_type);
-    for (auto& [name, value] : res.headers) msg->set(name, value);
-    msg->body() = std::move(res.body);
     // A client refused for who it is or for what it sent does not keep its slot.
-    if (res.status == 401 || res.status == 413) keep_alive_ = false;
+    if (status == 401 || status == 413) keep_alive_ = false;
     msg->keep_alive(keep_alive_);
     msg->prepare_payload();
     beast::get_lowest_layer(*stream_).expires_after(server_->options.io_timeout);

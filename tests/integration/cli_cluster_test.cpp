@@ -30,6 +30,7 @@ using testing::AgentProcess;
 using testing::CoordinatorProcess;
 using testing::current_user;
 using testing::eventually;
+using testing::running;
 
 using testing::Outcome;
 
@@ -111,14 +112,6 @@ class CliClusterTest : public ::testing::Test {
     return ok ? cred.pid : 0;
   }
 
-  // Not ended (a zombie, left to an init that does not reap, has).
-  static bool running(pid_t pid) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) return false;
-    auto close = line.rfind(')');
-    return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
-  }
 
   testing::TempDir dir_;
   std::string runtime_ = [this] {
@@ -633,7 +626,7 @@ TEST_F(CliClusterTest, NeitherACommandNorTheKeeperTalksToAnotherUsersProcess) {
     char bytes = 'e';
     if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
         ::setresuid(65534, 65534, 65534) == 0 && ::listen(fd, 8) == 0) {
-      ssize_t ignored = ::write(bytes_pipe[1], "l", 1);
+      if (::write(bytes_pipe[1], "l", 1) != 1) ::_exit(1);
       int c = ::accept(fd, nullptr, nullptr);
       char buf[256];
       bytes = c >= 0 && ::read(c, buf, sizeof(buf)) <= 0 ? '0' : 'r';  // '0': nothing was sent

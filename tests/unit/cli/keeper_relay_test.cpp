@@ -19,6 +19,7 @@
 #include "common/net/http_client.hpp"
 #include "common/net/pki.hpp"
 #include "common/net/server.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace corral::cli {
@@ -70,9 +71,7 @@ TEST(KeeperRelay, CommandsOnEightThreadsAreEachAnsweredByTheServerAndAnIdleKeepe
     return run_keeper({"keep-connection", "--socket", socket, "--url", url, "--ca", dir.file("ca.pem"), "--idle", "1"},
                       err);
   });
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!exists(socket) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  ASSERT_TRUE(exists(socket)) << err.str();
+  ASSERT_TRUE(testing::eventually([&] { return exists(socket); }, 10s)) << err.str();
 
   constexpr int kThreads = 8;
   constexpr int kEach = 20;

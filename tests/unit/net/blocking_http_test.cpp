@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -46,7 +47,9 @@ class Served {
         } catch (const std::exception&) {
           // The handler refused to answer: the connection closed unanswered.
         }
-        ++ended;
+        std::lock_guard lock(mu_);
+        ++ended_;
+        ended_cv_.notify_all();
       }
     });
   }
@@ -56,12 +59,19 @@ class Served {
     thread_.join();
   }
   bool ok() const { return ok_; }
+  // Waits until `n` connections have been served to their end.
+  bool ended(int n, Duration within) {
+    std::unique_lock lock(mu_);
+    return ended_cv_.wait_for(lock, within, [&] { return ended_ >= n; });
+  }
   std::string url() const { return "unix:" + path_; }
 
   std::atomic<int> connections{0};
-  std::atomic<int> ended{0};
 
  private:
+  std::mutex mu_;
+  std::condition_variable ended_cv_;
+  int ended_ = 0;
   std::string path_;
   int listener_ = -1;
   bool ok_ = false;
@@ -103,9 +113,7 @@ TEST(BlockingHttp, AnswersEachRequestOfAKeptConnectionAndClosesOneIdleLongerThan
   EXPECT_EQ(server.connections.load(), 1) << "the connection was not kept";
   // Idle past the timeout: the server ends the connection; the client notices before its
   // next request and connects anew.
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (server.ended.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  ASSERT_EQ(server.ended.load(), 1) << "an idle connection was kept past its timeout";
+  ASSERT_TRUE(server.ended(1, 10s)) << "an idle connection was kept past its timeout";
   auto c = (*client)->request("POST", "/three", "body");
   ASSERT_TRUE(c.has_value()) << c.error().message();
   EXPECT_EQ(c->body, "answer to /three");
