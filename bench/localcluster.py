@@ -91,8 +91,10 @@ class LocalCluster:
         self.host = self.lab.address(0) if self.lab else "127.0.0.1"
         coord = os.path.join(build, "coordinator", "corral-coordinator")
         state = os.path.join(self.dir, "state")
-        user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-        self.token = subprocess.run([coord, "init", "--state-dir", state, "--admin", user, "--san", self.host],
+        # The admin the token is for, who submits every job the benchmarks send.
+        self.user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True,
+                                                             text=True).stdout.strip()
+        self.token = subprocess.run([coord, "init", "--state-dir", state, "--admin", self.user, "--san", self.host],
                                     check=True, capture_output=True, text=True).stdout.split("\n")[0]
         self.ca = os.path.join(state, "ca.pem")
         cfg = os.path.join(self.dir, "coordinator.yaml")

@@ -13,10 +13,17 @@ measures both in turns, A B A B, so that both see the same noise:
               kept session (a full handshake), and through the coordinator's local
               socket (CORRAL_URL=unix:...), A B C D
   rate        8 clients submitting at once: jobs/s (the same three ways for corral)
+  held        the rate again with every node drained on both sides, so that nothing runs
+              while the clients submit: submission alone (in `rate` corral also runs the
+              jobs it has just accepted while Slurm, slower to start them, runs few);
+              the jobs are then cancelled and the nodes resumed
   drain       1,000 one-GPU jobs of `true` from 8 clients: first submit to queue empty
   2x2 start   submit of a 2-node x 2-GPU job to all 4 ranks started (each rank writes
               its start time; the job for Slurm is `corral export --slurm`'s script)
-  memory      controller and node-daemon RSS idle, then after --memory-jobs jobs ran
+  memory      controller and node-daemon RSS, private and PSS idle, then after
+              --memory-jobs jobs ran; beside them bench/tls_floor, one verified TLS
+              connection through the system's OpenSSL in C: the least any node daemon
+              that speaks TLS holds (slurmd speaks none)
 
 Prints medians with min-max, the ratio corral/Slurm (for times and sizes below 1 means
 corral is faster or smaller; for submits/s above 1 means corral is faster) and the load
@@ -79,10 +86,32 @@ def private_kb(pid):
     return total
 
 
-def memory(c, slurm):
+def memory(c, slurm, build):
     pids = {"corral": c.procs[0].pid, "slurm": slurm.pid("slurmctld"),
             "corral_agent": c.procs[1].pid, "slurm_node": slurm.pid("slurmd-s1")}
-    return {k: (rss_kb(p), private_kb(p), pss_kb(p)) for k, p in pids.items()}
+    mem = {k: (rss_kb(p), private_kb(p), pss_kb(p)) for k, p in pids.items()}
+    mem["tls_floor"] = tls_floor(c, build)
+    return mem
+
+
+def tls_floor(c, build):
+    """RSS, private and PSS of bench/tls_floor: a C program holding one verified TLS
+    connection to the coordinator, made with the system's OpenSSL as the agent makes it
+    (CA, client certificate, key) and nothing else. What any node daemon that speaks TLS
+    through OpenSSL holds at least; slurmd speaks none (munge signs its messages)."""
+    certs = os.path.join(c.dir, "certs")
+    name = c.nodes[0]
+    p = subprocess.Popen([os.path.join(build, "bench", "tls_floor"), c.host, str(c.port), c.ca,
+                          f"{certs}/{name}.pem", f"{certs}/{name}.key"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        if not line.startswith("connected"):
+            raise RuntimeError("tls_floor did not connect to the coordinator")
+        return rss_kb(p.pid), private_kb(p.pid), pss_kb(p.pid)
+    finally:
+        p.stdin.close()
+        p.wait(10)
 
 
 class PrivateSlurm:
@@ -152,6 +181,16 @@ class PrivateSlurm:
         out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=self.env).stdout
         return not out.strip()
 
+    def hold(self, held):
+        """Drain every node (nothing starts; submissions still queue), or cancel every job and
+        resume them."""
+        if not held:
+            subprocess.run(["scancel", "-u", str(os.getuid())], check=True, env=self.env)
+            wait_until(self.queue_empty)
+        subprocess.run(["scontrol", "update", f"NodeName={','.join(self.names)}"] +
+                       (["State=DRAIN", "Reason=vs_slurm"] if held else ["State=RESUME"]),
+                       check=True, env=self.env)
+
     def close(self):
         for name in [f"slurmd-{n}" for n in self.names] + ["slurmctld", "munged"]:
             try:
@@ -220,7 +259,7 @@ def main():
     ap.add_argument("--rate-jobs", type=int, default=200)
     ap.add_argument("--drain-jobs", type=int, default=1000)
     ap.add_argument("--memory-jobs", type=int, default=10000)
-    ap.add_argument("--only", default="submit,rate,drain,start,memory",
+    ap.add_argument("--only", default="submit,rate,held,drain,start,memory",
                     help="comma-separated measures to take (default: all)")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -247,7 +286,17 @@ def main():
             def corral_empty():
                 return not c.get("/v1/jobs")
 
-            mem_idle = memory(c, slurm)
+            def corral_hold(held):
+                """As PrivateSlurm.hold, for corral's nodes."""
+                if not held:
+                    subprocess.run([cli, "cancel", "--user", c.user], env=cenv,
+                                   check=True, stdout=subprocess.DEVNULL)
+                    wait_until(corral_empty)
+                for node in c.nodes:
+                    subprocess.run([cli, "drain", node, "--reason", "vs_slurm"] if held else [cli, "resume", node],
+                                   env=cenv, check=True, stdout=subprocess.DEVNULL)
+
+            mem_idle = memory(c, slurm, args.build)
             work = tempfile.mkdtemp(prefix="corral-vs-slurm-out-")
             for run in range(args.runs):
                 for _ in range(args.submits if "submit" in only else 0):
@@ -274,6 +323,12 @@ def main():
                     took = run_from_clients(argv, env, args.rate_jobs)
                     add("8-client submits/s", side, args.rate_jobs / took)
                     wait_until(empty)
+                for side, argv, env, hold in (("corral", corral_submit, cenv, corral_hold),
+                                              ("slurm", sbatch, senv, slurm.hold)) if "held" in only else ():
+                    hold(True)
+                    took = run_from_clients(argv, env, args.rate_jobs)
+                    add("8-client submits/s, nodes drained", side, args.rate_jobs / took)
+                    hold(False)
                 for side, argv, env, empty in (("corral", corral_submit, cenv, corral_empty),
                                                ("slurm", sbatch, senv, slurm.queue_empty)) if "drain" in only else ():
                     t = time.perf_counter()
@@ -309,7 +364,7 @@ def main():
                 run_from_clients(sbatch, senv, args.memory_jobs)
                 wait_until(corral_empty, 1800, 0.5)
                 wait_until(slurm.queue_empty, 1800, 0.5)
-                mem_after = memory(c, slurm)
+                mem_after = memory(c, slurm, args.build)
             loads.append(os.getloadavg()[0])
             shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -338,7 +393,8 @@ def main():
                   f"{ma / mb:8.2f}")
     rows = [("idle", mem_idle)] + ([(f"after {args.memory_jobs} jobs", mem_after)] if mem_after else [])
     for when, mem in rows:
-        for daemon, a, b in (("controller", "corral", "slurm"), ("node daemon", "corral_agent", "slurm_node")):
+        for daemon, a, b in (("controller", "corral", "slurm"), ("node daemon", "corral_agent", "slurm_node"),
+                             ("OpenSSL TLS floor", "tls_floor", "slurm_node")):
             for i, kind in enumerate(("RSS", "private", "PSS")):
                 label = f"{daemon} {kind} {when} MB"
                 x, y = mem[a][i], mem[b][i]
