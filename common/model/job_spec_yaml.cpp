@@ -777,6 +777,24 @@ bool indented_with_tab(std::string_view text, int line) {
   return rest.substr(0, indent_end).find('\t') != std::string_view::npos;
 }
 
+// A shell script given where a spec belongs (an sbatch script, most often): it begins
+// with "#!" or has a line beginning "#SBATCH". YAML reads those lines as comments, so the
+// parser's own complaint would be about the script's first command.
+bool looks_like_script(std::string_view text) {
+  if (text.starts_with("#!")) return true;
+  for (std::size_t at = 0; at < text.size();) {
+    if (text.substr(at).starts_with("#SBATCH")) return true;
+    at = text.find('\n', at);
+    if (at == std::string_view::npos) break;
+    ++at;
+  }
+  return false;
+}
+
+constexpr std::string_view kScriptHint =
+    " (this looks like a shell script: a spec is YAML; to run a script, give it as the command, "
+    "e.g. corral submit -N 2 --gpus-per-node 4 -- bash job.sh; docs/cli.md, \"Coming from Slurm\")";
+
 // Where the second document's first node is, if the text holds a second document with
 // something in it. Read
 // with the parser's events, and at most three documents: yaml-cpp 0.7's LoadAll never
@@ -844,6 +862,7 @@ SpecParseResult parse_document(std::string_view yaml_text, const SpecLimits& lim
     std::string message = "YAML syntax error: " + e.msg;
     // yaml-cpp's message for a tab in the indentation never mentions the tab.
     if (indented_with_tab(yaml_text, e.mark.line)) message += " (YAML does not allow tabs for indentation)";
+    if (looks_like_script(yaml_text)) message += kScriptHint;
     problems.push_back({at.line, at.column, "", std::move(message)});
     return result;
   }
@@ -861,7 +880,8 @@ SpecParseResult parse_document(std::string_view yaml_text, const SpecLimits& lim
     Position at = position_of(root.Mark());
     problems.push_back(
         {at.line, at.column, "",
-         "the document must be a map of fields like name: and command:, got " + describe(root)});
+         "the document must be a map of fields like name: and command:, got " + describe(root) +
+             (looks_like_script(yaml_text) ? std::string(kScriptHint) : std::string())});
     return result;
   }
   SpecReader reader(limits, problems);

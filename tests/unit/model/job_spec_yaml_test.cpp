@@ -60,6 +60,14 @@ std::vector<BadSpec> bad_specs() {
        "job.yaml:1:1: the document must be a map of fields like name: and command:, got a list"},
       {"TopLevelScalar", "hello\n",
        "job.yaml:1:1: the document must be a map of fields like name: and command:, got \"hello\""},
+      {"AnSbatchScript", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:4\nsrun python3 train.py\n",
+       "job.yaml:4:1: the document must be a map of fields like name: and command:, got \"srun python3 train.py\" "
+       "(this looks like a shell script: a spec is YAML; to run a script, give it as the command, e.g. corral "
+       "submit -N 2 --gpus-per-node 4 -- bash job.sh; docs/cli.md, \"Coming from Slurm\")"},
+      {"AScriptWithoutAShebangWhoseCommandIsNotYaml", "#SBATCH -J x\necho a: b: c\n",
+       "job.yaml:2:10: YAML syntax error: illegal map value (this looks like a shell script: a spec is YAML; to "
+       "run a script, give it as the command, e.g. corral submit -N 2 --gpus-per-node 4 -- bash job.sh; "
+       "docs/cli.md, \"Coming from Slurm\")"},
       {"YamlSyntaxError", "name: t\ncommand: [a, b\nresources: {gpus: 1}\n",
        "job.yaml:3:10: YAML syntax error: end of sequence flow not found"},
       {"MapValueWhereNoneMayBe", "name: t\ncommand: a: b\n",
