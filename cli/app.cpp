@@ -48,6 +48,7 @@ struct SpecFlags {
   std::vector<std::int64_t> after_any;
   std::vector<std::int64_t> after_not_ok;
   std::string array;
+  std::string procs_per_node;
   std::vector<CLI::Option*> options;  // in the order add_to adds them
 
   void add_to(CLI::App* app) {
@@ -75,6 +76,9 @@ struct SpecFlags {
             ->check(positive),
         app->add_option("--array,-a", array,
                         "A job array: one job per index, as sbatch --array (0-99%8, 1,3,5, 0-30:10; array)"),
+        app->add_option("--procs-per-node", procs_per_node,
+                        "Processes per node: gpus (one per GPU, the default) or a number that divides the GPUs per "
+                        "node, as srun --ntasks-per-node (launch.procs_per_node)"),
     };
   }
 
@@ -92,6 +96,7 @@ struct SpecFlags {
     if (*options[8]) o.after_any = after_any;
     if (*options[9]) o.after_not_ok = after_not_ok;
     if (*options[10]) o.array = array;
+    if (*options[11]) o.procs_per_node = procs_per_node;
     if (!command.empty()) {
       o.command = command;
       // A job without a name is named after its program, as sbatch --wrap names it "wrap".

@@ -15,6 +15,7 @@
 #include "cli/views.hpp"
 #include "common/core/strings.hpp"
 #include "common/model/job_spec_yaml.hpp"
+#include "common/model/launcher_check.hpp"
 #include "common/net/http_types.hpp"
 
 namespace corral::cli {
@@ -159,6 +160,7 @@ std::variant<int, std::string> send_submission(CommandContext& ctx, const Submit
   auto checked = load_spec(ctx, options, file_name);
   if (auto* code = std::get_if<int>(&checked)) return *code;
   auto& [text, spec] = std::get<1>(checked);
+  if (auto warning = model::launcher_warning(spec)) ctx.err << "corral: warning: " << *warning << "\n";
   // As sbatch: the job takes this shell's environment (--export, else the spec's export:)
   // and starts where we are unless the spec names a workdir.
   model::ExportChoice choice = spec.export_env.value_or(model::ExportChoice{});

@@ -933,7 +933,7 @@ namespace corral::model {
 
 bool SpecOverrides::empty() const {
   return !name && !command && !nodes && !gpus_per_node && !gpus && !time_limit && !priority && !retries && !after_ok &&
-         !after_any && !after_not_ok && !array;
+         !after_any && !after_not_ok && !array && !procs_per_node;
 }
 
 std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
@@ -951,6 +951,7 @@ std::vector<std::pair<std::string, std::string>> SpecOverrides::fields() const {
   if (after_any) out.emplace_back("after_any", "--after-any");
   if (after_not_ok) out.emplace_back("after_not_ok", "--after-not-ok");
   if (array) out.emplace_back("array", "--array");
+  if (procs_per_node) out.emplace_back("launch.procs_per_node", "--procs-per-node");
   return out;
 }
 
@@ -1018,6 +1019,18 @@ std::string overridden(std::string_view yaml_text, const SpecOverrides& o, const
   ids("after_any", o.after_any);
   ids("after_not_ok", o.after_not_ok);
   if (o.array) root["array"] = *o.array;
+  if (o.procs_per_node) {
+    YAML::Node launch = root["launch"];
+    if (!launch.IsMap()) {
+      launch = YAML::Node(YAML::NodeType::Map);
+      root["launch"] = launch;
+    }
+    if (auto n = spec_text::parse_integer(*o.procs_per_node)) {
+      launch["procs_per_node"] = *n;
+    } else {
+      launch["procs_per_node"] = *o.procs_per_node;
+    }
+  }
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";

@@ -70,6 +70,7 @@ struct SpecOverrides {
   std::optional<std::vector<std::int64_t>> after_any;
   std::optional<std::vector<std::int64_t>> after_not_ok;
   std::optional<std::string> array;                    // "0-99%8"
+  std::optional<std::string> procs_per_node;           // "gpus" or a number, as typed
 
   bool empty() const;
   // The spec fields (as parser paths: "resources.nodes") these replace, each with the flag

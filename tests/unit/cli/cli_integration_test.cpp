@@ -127,6 +127,29 @@ TEST_F(CliIntegrationTest, SubmitPrintsTheNewJobsId) {
   EXPECT_EQ(body["spec"], "name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n");
 }
 
+TEST_F(CliIntegrationTest, ACommandThatStartsTorchrunPerGpuIsSubmittedWithAWarningAndProcsPerNodeIsAFlag) {
+  for (int i = 0; i < 2; ++i) coordinator_.on("POST /v1/jobs", 201, R"({"id": 42})");
+  auto r = corral({"submit", "-N", "2", "--gpus-per-node", "4", "--", "torchrun", "--nproc-per-node", "4", "train.py"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 42\n");
+  EXPECT_EQ(r.err.rfind("corral: warning: the command starts torchrun in every process of the job (4 per node)", 0),
+            0u)
+      << r.err;
+  // One torchrun per node, as it expects: no warning, and the spec says so.
+  r = corral({"submit", "-N", "2", "--gpus-per-node", "4", "--procs-per-node", "1", "--", "torchrun", "train.py"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  auto seen = coordinator_.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(nlohmann::json::parse(seen[1].body)["spec"].get<std::string>().find("procs_per_node: 1"),
+            std::string::npos);
+  // A value that does not divide the GPUs per node is refused under the flag's name; nothing is sent.
+  r = corral({"submit", "--gpus-per-node", "4", "--procs-per-node", "3", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("--procs-per-node: ", 0), 0u) << r.err;
+  EXPECT_EQ(coordinator_.seen().size(), 2u);
+}
+
 TEST_F(CliIntegrationTest, AnUnknownTokenExitsWith3) {
   auto r = corral({"queue"}, "", "wrong-token");
   EXPECT_EQ(r.exit_code, 3);

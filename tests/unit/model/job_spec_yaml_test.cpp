@@ -637,6 +637,34 @@ TEST(SpecOverrides, FlagsReplaceTheFilesFieldsAndKeepTheRest) {
   EXPECT_EQ(apply_spec_overrides(file, {}), file);  // no flags: the file as written
 }
 
+TEST(SpecOverrides, ProcsPerNodeSetsTheLaunchFieldAndKeepsTheOthers) {
+  const std::string file = "name: t\ncommand: c\nresources: {nodes: 2, gpus_per_node: 4}\nlaunch: {mode: nccl}\n";
+  SpecOverrides o;
+  o.procs_per_node = "2";
+  JobSpec spec = parsed(apply_spec_overrides(file, o));
+  EXPECT_EQ(spec.procs_per_node, 2);
+  EXPECT_EQ(spec.mode, LaunchMode::Nccl);
+  o.procs_per_node = "gpus";
+  spec = parsed(apply_spec_overrides(file, o));
+  EXPECT_EQ(spec.procs_per_node, 0);  // one per GPU
+  SpecOverrides alone;
+  alone.name = "torchrun";
+  alone.command = std::vector<std::string>{"torchrun", "train.py"};
+  alone.gpus_per_node = 4;
+  alone.procs_per_node = "1";
+  spec = parsed(apply_spec_overrides("", alone));
+  EXPECT_EQ(spec.procs_per_node, 1);
+  // A value the parser refuses comes back under the flag's field, for the CLI to name.
+  alone.procs_per_node = "3";
+  auto bad = parse_job_spec_detailed(apply_spec_overrides("", alone));
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_EQ(bad.problems[0].path, "launch.procs_per_node");
+  const auto fields = alone.fields();
+  EXPECT_NE(std::find(fields.begin(), fields.end(), std::pair<std::string, std::string>{"launch.procs_per_node",
+                                                                                         "--procs-per-node"}),
+            fields.end());
+}
+
 TEST(SpecOverrides, TextThatIsNotAMapWithinTheLimitsIsLeftForTheParserToReport) {
   SpecOverrides o;
   o.nodes = 2;
