@@ -1,7 +1,6 @@
 #include "common/model/launcher_check.hpp"
 
 #include <algorithm>
-#include <array>
 #include <string_view>
 #include <vector>
 
@@ -21,7 +20,10 @@ std::vector<std::string_view> split_line(std::string_view line) {
   return words;
 }
 
-std::string_view base_name(std::string_view path);
+std::string_view base_name(std::string_view path) {
+  auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
 
 // The words of a command as far as they name its program: a list's elements, or a shell
 // line's words; `sh -c LINE` (or bash, dash, zsh) is read as LINE.
@@ -34,11 +36,6 @@ std::vector<std::string_view> leading_words(const Command& command) {
     if (shell == "sh" || shell == "bash" || shell == "dash" || shell == "zsh") return split_line(words[2]);
   }
   return words;
-}
-
-std::string_view base_name(std::string_view path) {
-  auto slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
 // VAR=value, as a shell line or `env` puts before the program.
