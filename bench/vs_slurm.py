@@ -35,6 +35,7 @@ average, then stops everything it started.
 import argparse
 import os
 import resource
+import select
 import shutil
 import statistics
 import subprocess
@@ -105,13 +106,19 @@ def tls_floor(c, build):
                           f"{certs}/{name}.pem", f"{certs}/{name}.key"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        line = p.stdout.readline()
+        # A coordinator that never answers the handshake must not hang the benchmark.
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        line = p.stdout.readline() if ready else ""
         if not line.startswith("connected"):
             raise RuntimeError("tls_floor did not connect to the coordinator")
         return rss_kb(p.pid), private_kb(p.pid), pss_kb(p.pid)
     finally:
         p.stdin.close()
-        p.wait(10)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 class PrivateSlurm:

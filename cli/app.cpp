@@ -107,7 +107,7 @@ struct SpecFlags {
 
   // "/usr/bin/python3.11" -> "python3.11"; characters a name may not hold become '_'.
   static std::string job_name_for(const std::string& program) {
-    std::string base = program.substr(program.find_last_of('/') == std::string::npos ? 0 : program.find_last_of('/') + 1);
+    std::string_view base = base_name(program);
     std::string out;
     for (char c : base.substr(0, 64)) {
       out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';

@@ -85,6 +85,11 @@ Result<TimePoint> parse_moment(std::string_view text, TimePoint now) {
                     "2026-12-01T10:00 (UTC), got " + quote_for_message(text));
 }
 
+std::string_view base_name(std::string_view path) {
+  auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;
   if (text.empty()) return parts;

@@ -40,6 +40,8 @@ std::string format_duration(Duration d);
 std::string join(const std::vector<std::string>& items, std::string_view sep);
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}.
 std::vector<std::string> split(std::string_view text, char sep);
+// What follows the last '/': "/usr/bin/python3" -> "python3"; "torchrun" as it is.
+std::string_view base_name(std::string_view path);
 
 // Shell-style glob: '*' any run, '?' one character, '[...]' a class. No path semantics.
 bool glob_match(std::string_view pattern, std::string_view text);

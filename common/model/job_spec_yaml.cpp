@@ -1025,11 +1025,7 @@ std::string overridden(std::string_view yaml_text, const SpecOverrides& o, const
       launch = YAML::Node(YAML::NodeType::Map);
       root["launch"] = launch;
     }
-    if (auto n = spec_text::parse_integer(*o.procs_per_node)) {
-      launch["procs_per_node"] = *n;
-    } else {
-      launch["procs_per_node"] = *o.procs_per_node;
-    }
+    launch["procs_per_node"] = *o.procs_per_node;
   }
   YAML::Emitter out;
   out << root;

@@ -1,8 +1,10 @@
 #include "common/model/launcher_check.hpp"
 
-#include <algorithm>
 #include <string_view>
 #include <vector>
+
+#include "common/core/strings.hpp"
+#include "common/model/job_spec_text.hpp"
 
 namespace corral::model {
 namespace {
@@ -18,11 +20,6 @@ std::vector<std::string_view> split_line(std::string_view line) {
     at = end == std::string_view::npos ? end : line.find_first_not_of(kBlank, end);
   }
   return words;
-}
-
-std::string_view base_name(std::string_view path) {
-  auto slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
 // The words of a command as far as they name its program: a list's elements, or a shell
@@ -41,10 +38,7 @@ std::vector<std::string_view> leading_words(const Command& command) {
 // VAR=value, as a shell line or `env` puts before the program.
 bool is_assignment(std::string_view word) {
   auto eq = word.find('=');
-  if (eq == 0 || eq == std::string_view::npos) return false;
-  return std::all_of(word.begin(), word.begin() + static_cast<std::ptrdiff_t>(eq), [](char c) {
-    return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-  });
+  return eq != std::string_view::npos && spec_text::valid_env_name(word.substr(0, eq));
 }
 
 enum class Launcher { None, Torchrun, Srun, Other };

@@ -48,6 +48,13 @@ TEST(FormatDuration, RoundTripsThroughParse) {
   EXPECT_EQ(format_duration(5400s), "1h30m");
 }
 
+TEST(BaseName, WhatFollowsTheLastSlash) {
+  EXPECT_EQ(base_name("/usr/bin/python3.11"), "python3.11");
+  EXPECT_EQ(base_name("torchrun"), "torchrun");
+  EXPECT_EQ(base_name("./bin/"), "");
+  EXPECT_EQ(base_name(""), "");
+}
+
 TEST(GlobMatch, MatchesStarQuestionAndClasses) {
   EXPECT_TRUE(glob_match("NVIDIA A100*", "NVIDIA A100-SXM4-80GB"));
   EXPECT_FALSE(glob_match("NVIDIA A100*", "NVIDIA H100 80GB HBM3"));

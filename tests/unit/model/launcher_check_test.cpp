@@ -49,6 +49,8 @@ TEST(LauncherWarning, NothingForAScriptOrForOneLauncherPerNode) {
   EXPECT_EQ(warning_for("python3 -m mypkg.train", "{gpus_per_node: 4}"), "");
   EXPECT_EQ(warning_for("echo torchrun", "{gpus_per_node: 4}"), "");
   EXPECT_EQ(warning_for("./torchrun_wrapper.sh", "{gpus_per_node: 4}"), "");
+  // Not an assignment (a name may not begin with a digit): that word is the program.
+  EXPECT_EQ(warning_for("2A=x torchrun train.py", "{gpus_per_node: 4}"), "");
   EXPECT_EQ(warning_for("'[\"sh\", \"train.sh\", \"torchrun\"]'", "{gpus_per_node: 4}"), "");
   EXPECT_EQ(warning_for("'[\"python3\", \"-c\", \"torchrun\"]'", "{gpus_per_node: 4}"), "");
   // One process per node: the launcher starts the node's processes, as it expects.
