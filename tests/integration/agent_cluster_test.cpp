@@ -871,8 +871,14 @@ TEST_F(AgentClusterTest, AProcessGivenTheIdOfAnEndedRanksGroupOutlivesTheJob) {
   if (::access("/proc/sys/kernel/ns_last_pid", W_OK) != 0)
     GTEST_SKIP() << "needs a writable ns_last_pid (root)";
   model::JobId id = submit(two_node("\"if [ $RANK = 0 ]; then exit 0; fi; exec sleep 300\""));
-  ASSERT_TRUE(eventually([&] { return job(id)["ranks"][0]["state"] == "EXITED"; }, 10s)) << job(id).dump(2);
-  ASSERT_EQ(job(id)["state"], "RUNNING");
+  // Rank 0 may exit before every rank's start is confirmed (STARTING): wait for both.
+  ASSERT_TRUE(eventually(
+      [&] {
+        Json j = job(id);
+        return j["ranks"][0]["state"] == "EXITED" && j["state"] == "RUNNING";
+      },
+      10s))
+      << job(id).dump(2);
   const int group = job(id)["ranks"][0]["pid"].get<int>();
   ASSERT_FALSE(testing::running(group));
   testing::Child stranger;
