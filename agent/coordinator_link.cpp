@@ -50,6 +50,7 @@ void CoordinatorLink::connect() {
 void CoordinatorLink::on_open() {
   backoff_ = kFirstBackoff;
   protocol::Hello hello = handlers_.hello();
+  hello.cluster = cluster_;
   ws_->send(protocol::encode(protocol::AgentMessage(hello)));
   spdlog::info("connected to {}; said hello with {} running rank(s)", url_, hello.running.size());
 }
@@ -61,6 +62,9 @@ void CoordinatorLink::on_text(std::string text) {
     return;
   }
   if (const auto* welcome = std::get_if<protocol::Welcome>(&*decoded)) return on_welcome(*welcome);
+  // A coordinator of another cluster has job ids of its own: none of its orders is about
+  // our jobs (a kill of "job 7" there is not a kill of our job 7).
+  if (!foreign_.empty()) return;
   if (const auto* ack = std::get_if<protocol::Ack>(&*decoded)) {
     auto before = outbox_.settled();
     outbox_.acknowledged(ack->received);
@@ -71,17 +75,34 @@ void CoordinatorLink::on_text(std::string text) {
 }
 
 void CoordinatorLink::on_welcome(const protocol::Welcome& m) {
+  // Heartbeats run on any welcomed connection, a held one too: the coordinator shows the
+  // node as up and held rather than as silent.
+  heartbeat_timer_->start_repeating(std::chrono::milliseconds(m.heartbeat_interval_ms), [this] {
+    if (ws_->open()) ws_->send(protocol::encode(protocol::AgentMessage(protocol::Heartbeat{})));
+  });
+  if (cluster_.empty()) cluster_ = m.cluster;  // an older coordinator says none
+  if (!m.cluster.empty() && m.cluster != cluster_) {
+    if (foreign_ != m.cluster) {
+      spdlog::error("the coordinator is cluster {}, but this agent serves cluster {}: holding this node's ranks and "
+                    "reports, and obeying none of its orders; restart the agent to join cluster {} (which kills "
+                    "the ranks it runs), or start the coordinator on cluster {}'s database",
+                    m.cluster, cluster_, m.cluster, cluster_);
+    }
+    foreign_ = m.cluster;
+    return;
+  }
+  if (!foreign_.empty()) spdlog::info("the coordinator is cluster {} again: carrying on", cluster_);
+  foreign_.clear();
   welcomed_ = true;
   spdlog::info("welcomed by the coordinator; heartbeat every {} ms, {} message(s) held back to send",
                m.heartbeat_interval_ms, outbox_.held());
-  heartbeat_timer_->start_repeating(std::chrono::milliseconds(m.heartbeat_interval_ms),
-                                    [this] { send(protocol::Heartbeat{}); });
   for (auto& text : outbox_.release()) ws_->send(std::move(text));
   handlers_.welcomed();
 }
 
 void CoordinatorLink::on_close(const std::string& reason) {
   welcomed_ = false;
+  foreign_.clear();
   // What the coordinator did not acknowledge may not have reached it: sent again, first,
   // on the next connection.
   outbox_.link_lost();

@@ -5,7 +5,9 @@
 // coordinator acknowledges them, so a report sent on a link that then drops, or made
 // while no link was up, is sent first on the next one. A lost link is dialled again with
 // an exponential backoff and jitter, so a restarted coordinator is not hit by every agent
-// at once. Welcome and Ack are handled here; every other message goes to the agent.
+// at once. Welcome and Ack are handled here; every other message goes to the agent. A
+// coordinator whose welcome names another cluster than the first one's is held at arm's
+// length: heartbeats only, until the link's own cluster welcomes it again.
 // Lives on the agent's loop; nothing here waits.
 
 #include <functional>
@@ -49,7 +51,14 @@ class CoordinatorLink {
   // (heartbeats, log data and Synced matter on this connection alone).
   void send(const protocol::AgentMessage& message);
 
+  // Welcomed by a coordinator of this agent's cluster (not one that is held).
   bool welcomed() const { return welcomed_; }
+  // The cluster whose coordinator first welcomed this process ("" before that, or when
+  // it was an older coordinator that names none).
+  const std::string& cluster() const { return cluster_; }
+  // The identity of the coordinator of another cluster this link is connected to, if so:
+  // it gets heartbeats only, its orders are dropped, and reports wait.
+  const std::string& held_by() const { return foreign_; }
   std::size_t unacknowledged() const { return outbox_.held() + outbox_.unacknowledged(); }
   // The number of the last report sent, and how many of the first reports the coordinator
   // has acknowledged (or that were dropped over the outbox's bound): report n needs
@@ -71,6 +80,8 @@ class CoordinatorLink {
   Outbox outbox_;
   bool welcomed_ = false;
   bool stopping_ = false;
+  std::string cluster_;
+  std::string foreign_;
   Duration backoff_;
   std::unique_ptr<net::Timer> reconnect_timer_;
   std::unique_ptr<net::Timer> heartbeat_timer_;

@@ -19,6 +19,7 @@
 #include "common/model/config.hpp"
 #include "common/net/pki.hpp"
 #include "common/net/server.hpp"
+#include "coordinator/service/cluster_identity.hpp"
 #include "coordinator/service/coordinator.hpp"
 #include "coordinator/store/sqlite_store.hpp"
 
@@ -26,6 +27,11 @@ namespace fs = std::filesystem;
 using namespace corral;
 
 namespace {
+
+// The exit status of a start refused because the database is missing, empty or another
+// cluster's: the unit does not restart on it (RestartPreventExitStatus), since only an
+// operator can settle it.
+constexpr int kRefusedState = 3;
 
 int fail(const std::string& message, int code = 1) {
   std::cerr << "corral-coordinator: " << message << "\n";
@@ -43,16 +49,33 @@ Result<std::unique_ptr<store::SqliteStore>> open_store(const std::string& path, 
   return store::SqliteStore::open(path, options);
 }
 
-int add_user(const std::string& db_path, const std::string& name, bool admin) {
-  if (!valid_user(name)) return fail("user name must be 1 to 64 of [A-Za-z0-9._-]: " + name, 2);
-  auto db = open_store(db_path);
-  if (!db) return fail(db.error().message());
+Result<void> add_user(store::Store& db, const std::string& name, bool admin) {
+  if (!valid_user(name)) return make_error(ErrorCode::InvalidArgument, "user name must be 1 to 64 of [A-Za-z0-9._-]: " + name);
   std::string token = net::random_token();
-  auto r = (*db)->commit(store::Change{{store::UpsertUser{{name, net::sha256_hex(token), admin}}}});
-  if (!r) return fail(r.error().message());
+  if (auto r = db.commit(store::Change{{store::UpsertUser{{name, net::sha256_hex(token), admin}}}}); !r) return r;
   std::cout << token << "\n";
   std::cerr << "corral-coordinator: token for " << (admin ? "admin " : "user ") << name
             << " printed above; it is shown only once and stored only as a hash\n";
+  return {};
+}
+
+int add_user(const std::string& state_dir, const std::string& db_path, const std::string& name, bool admin) {
+  if (!valid_user(name)) return fail("user name must be 1 to 64 of [A-Za-z0-9._-]: " + name, 2);
+  // Not on a database that is missing or another cluster's: SQLite would make a new file,
+  // and the next start would take a cluster of one user for this one.
+  auto cluster = service::open_cluster_store(state_dir, db_path);
+  if (!cluster) return fail(cluster.error().message());
+  if (auto r = add_user(*cluster->store, name, admin); !r) return fail(r.error().message(), r.error().code() == ErrorCode::InvalidArgument ? 2 : 1);
+  return 0;
+}
+
+// A new cluster's database: its identity, and its first admin's token.
+int new_database(const std::string& state_dir, const std::string& db_path, const std::string& admin) {
+  if (!valid_user(admin)) return fail("--admin: user name must be 1 to 64 of [A-Za-z0-9._-]: " + admin, 2);
+  auto cluster = service::create_cluster_store(state_dir, db_path);
+  if (!cluster) return fail(cluster.error().message());
+  std::cerr << "corral-coordinator: cluster " << cluster->identity << " starts in " << db_path << "\n";
+  if (auto r = add_user(*cluster->store, admin, true); !r) return fail(r.error().message());
   return 0;
 }
 
@@ -76,7 +99,7 @@ int init(const std::string& dir, std::vector<std::string> sans, const std::strin
     return fail(r.error().message());
   }
   std::cerr << "corral-coordinator: created the cluster CA and the server certificate in " << dir << "\n";
-  return add_user(dir + "/corral.db", admin, true);
+  return new_database(dir, dir + "/corral.db", admin);
 }
 
 int issue_agent_cert(const std::string& dir, const std::string& node, const std::string& out) {
@@ -107,12 +130,12 @@ void raise_open_file_limit() {
 int run(const std::string& config_path, const std::string& port_file) {
   auto config = model::load_coordinator_config(config_path);
   if (!config) return fail(config.error().message(), 2);
-  auto db = open_store(config->database_path());
-  if (!db) return fail(db.error().message());
+  auto cluster = service::open_cluster_store(config->state_dir, config->database_path());
+  if (!cluster) return fail(cluster.error().message(), kRefusedState);
   raise_open_file_limit();
   net::EventLoop loop;
   SystemClock clock;
-  service::Coordinator coordinator(loop, clock, **db, *config);
+  service::Coordinator coordinator(loop, clock, *cluster->store, *config, cluster->identity);
   auto reader = open_store(config->database_path(), /*query_only=*/true);
   if (!reader) return fail(reader.error().message());
   coordinator.read_history_from(std::shared_ptr<store::Store>(std::move(*reader)));
@@ -134,8 +157,9 @@ int run(const std::string& config_path, const std::string& port_file) {
       return fail("--port-file: " + w.error().message(), 2);
     }
   }
-  spdlog::info("corral-coordinator listening on {}:{}{} (database {})", config->listen_host, (*server)->port(),
-               config->local_socket.empty() ? "" : " and " + config->local_socket, config->database_path());
+  spdlog::info("corral-coordinator listening on {}:{}{} (cluster {}, database {})", config->listen_host,
+               (*server)->port(), config->local_socket.empty() ? "" : " and " + config->local_socket,
+               cluster->identity, config->database_path());
   loop.on_shutdown_signal([&](int sig) {
     spdlog::info("signal {}: shutting down", sig);
     (*server)->stop();
@@ -144,7 +168,7 @@ int run(const std::string& config_path, const std::string& port_file) {
   });
   loop.run();
   coordinator.shutdown();
-  return 0;
+  return coordinator.failed() ? 1 : 0;
 }
 
 }  // namespace
@@ -184,6 +208,12 @@ int main(int argc, char** argv) {
   user_cmd->add_option("name", user, "user name (also their Unix user on the nodes)")->required();
   user_cmd->add_flag("--admin", is_admin);
 
+  auto* newdb_cmd = app.add_subcommand(
+      "new-database", "start a new, empty cluster on an existing state folder whose database is gone (a new identity)");
+  newdb_cmd->add_option("--state-dir", state_dir)->required();
+  newdb_cmd->add_option("--database", database, "default: STATE_DIR/corral.db");
+  newdb_cmd->add_option("--admin", admin, "name of the new cluster's first admin user");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -191,7 +221,8 @@ int main(int argc, char** argv) {
   }
   if (*init_cmd) return init(state_dir, sans, admin);
   if (*cert_cmd) return issue_agent_cert(state_dir, node, out);
-  if (*user_cmd) return add_user(database.empty() ? state_dir + "/corral.db" : database, user, is_admin);
+  if (*user_cmd) return add_user(state_dir, database.empty() ? state_dir + "/corral.db" : database, user, is_admin);
+  if (*newdb_cmd) return new_database(state_dir, database.empty() ? state_dir + "/corral.db" : database, admin);
   if (config_path.empty()) return fail("--config FILE is required to run (or use a subcommand; see --help)", 2);
   return run(config_path, port_file);
 }

@@ -50,7 +50,8 @@ std::string encode(const AgentMessage& message) {
                         {"cuda", m.cuda.to_string()},
                         {"gpus", gpus},
                         {"health_error", m.health_error},
-                        {"running", running_to_json(m.running)}};
+                        {"running", running_to_json(m.running)},
+                        {"cluster", m.cluster}};
           },
           [](const Heartbeat&) { return Json{{"type", "heartbeat"}}; },
           [](const Health& m) { return Json{{"type", "health"}, {"error", m.error}}; },
@@ -111,7 +112,8 @@ std::string encode(const CoordinatorMessage& message) {
             return Json{{"type", "welcome"},
                         {"version", m.version},
                         {"heartbeat_interval_ms", m.heartbeat_interval_ms},
-                        {"kill_grace_ms", m.kill_grace_ms}};
+                        {"kill_grace_ms", m.kill_grace_ms},
+                        {"cluster", m.cluster}};
           },
           [](const Reconcile& m) {
             Json keep = Json::array();
@@ -243,6 +245,7 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.gpus = gpus_from_json(r, "gpus");
     m.health_error = r.str("health_error", 4096, "");
     m.running = running_from_json(r);
+    m.cluster = r.str("cluster", kMaxName, "");
     out = std::move(m);
   } else if (type == "heartbeat") {
     out = Heartbeat{};
@@ -346,6 +349,7 @@ Result<CoordinatorMessage> decode_coordinator(const Json& j) {
     m.version = r.i32("version", 0, 1000);
     m.heartbeat_interval_ms = r.i64("heartbeat_interval_ms", 10, 3'600'000);
     m.kill_grace_ms = r.i64("kill_grace_ms", 0, 3'600'000);
+    m.cluster = r.str("cluster", kMaxName, "");
     out = m;
   } else if (type == "reconcile") {
     Reconcile m;

@@ -42,6 +42,9 @@ struct Hello {
   std::vector<model::Gpu> gpus;
   std::string health_error;     // empty: preflight passed
   std::vector<RunningRank> running;
+  // The cluster whose coordinator welcomed this agent process first; empty before any
+  // welcome. A coordinator of another cluster gets its reports, but never acts on them.
+  std::string cluster;
   bool operator==(const Hello&) const = default;
 };
 
@@ -198,6 +201,7 @@ struct Welcome {
   int version = kProtocolVersion;
   std::int64_t heartbeat_interval_ms = 1000;
   std::int64_t kill_grace_ms = 10000;
+  std::string cluster;  // the coordinator's cluster identity (empty from an older one)
   bool operator==(const Welcome&) const = default;
 };
 

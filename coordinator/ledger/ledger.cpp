@@ -80,8 +80,25 @@ bool Ledger::connected(const std::string& node) const {
 }
 
 void Ledger::send(const std::string& node, protocol::CoordinatorMessage message) {
+  if (auto it = links_.find(node); it != links_.end() && !it->second.foreign.empty() &&
+                                   !std::holds_alternative<protocol::Welcome>(message)) {
+    return;  // another cluster's agent: no order of ours is about its jobs
+  }
   out_.messages.push_back({node, std::move(message)});
 }
+
+bool Ledger::holds_foreign(const std::string& node) const {
+  auto it = links_.find(node);
+  return it != links_.end() && !it->second.foreign.empty();
+}
+
+namespace {
+// A drain the agent's own word set (preflight) or its cluster's (held), which its next
+// Hello lifts or sets again; any other reason is an admin's and outlives the agent.
+bool agent_drain(const std::string& reason) {
+  return reason.rfind("preflight: ", 0) == 0 || reason.rfind("held: ", 0) == 0;
+}
+}  // namespace
 
 // ---------------------------------------------------------------- requests
 
@@ -430,6 +447,7 @@ void Ledger::agent_message(const std::string& node, const protocol::AgentMessage
   auto it = links_.find(node);
   if (it == links_.end() || !it->second.connected) return;  // not welcomed
   it->second.last_seen = now;
+  if (!it->second.foreign.empty()) return;  // held: heard only as alive
   std::visit(Overloaded{
                  [&](const protocol::Hello&) {},  // agent_hello
                  [&](const protocol::Heartbeat&) {},
@@ -748,7 +766,7 @@ void Ledger::node_lost(const std::string& name, const std::string& reason) {
   if (node == nullptr) return;
   links_[name].lost = true;
   spdlog::warn("node {} is lost: {}", name, reason);
-  bool admin_drained = node->state == model::NodeState::Drained && node->reason.rfind("preflight: ", 0) != 0;
+  bool admin_drained = node->state == model::NodeState::Drained && !agent_drain(node->reason);
   std::string drain_reason = node->reason;
   auto r = scheduler_.set_node_state(name, model::NodeState::Down, reason, now);
   if (!r) return;
@@ -782,6 +800,8 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
   link.lost = false;
   link.synced = false;
   ++link.generation;
+  link.foreign = !hello.cluster.empty() && !cluster_.empty() && hello.cluster != cluster_ ? hello.cluster : "";
+  if (!link.foreign.empty()) link.reported.clear();
   next_silence_check_ = std::min(next_silence_check_, now + config_.node_timeout);
 
   model::Node node;
@@ -792,8 +812,17 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
   node.gpus = std::move(hello.gpus);
   node.state = model::NodeState::Up;
   const model::Node* known = scheduler_.node(name);
-  bool admin_drained = known && known->state == model::NodeState::Drained && known->reason.rfind("preflight: ", 0) != 0;
-  if (admin_drained) {
+  bool admin_drained = known && known->state == model::NodeState::Drained && !agent_drain(known->reason);
+  if (!link.foreign.empty()) {
+    // Its ranks are another cluster's (ids that may be ours too): it gets no work and no
+    // order, and nothing it runs is judged, until an operator decides.
+    node.state = model::NodeState::Drained;
+    node.reason = "held: this node's agent serves cluster " + link.foreign + ", not this coordinator's cluster " +
+                  cluster_ + "; it keeps the ranks it runs and this coordinator ignores its reports. Restart its "
+                  "corral-agent to join cluster " + cluster_ + " (which kills those ranks), or start the coordinator "
+                  "on cluster " + link.foreign + "'s database";
+    spdlog::error("node {}: {}", name, node.reason);
+  } else if (admin_drained) {
     node.state = model::NodeState::Drained;
     node.reason = known->reason;
   } else if (!hello.health_error.empty()) {
@@ -806,11 +835,11 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
     (void)scheduler_.set_reachable(name, false);
     return make_error(ErrorCode::InvalidArgument, decisions.error().message());
   }
-  (void)scheduler_.set_reachable(name, true);
+  (void)scheduler_.set_reachable(name, link.foreign.empty());
   spdlog::info("agent {} joined: {} GPU(s), address {}{}", name, node.gpus.size(), node.address,
                node.simulated ? ", simulated" : "");
   send(name, protocol::Welcome{protocol::kProtocolVersion, config_.heartbeat_interval.count(),
-                               config_.kill_grace.count()});
+                               config_.kill_grace.count(), cluster_});
   node_changed(*scheduler_.node(name), *decisions);
   // Its ranks are judged once it has Synced: the reports it held back come first.
   return {};

@@ -102,9 +102,17 @@ class Ledger {
     bool lost = false;                            // declared gone (its jobs lost) since its last Hello
     std::uint64_t generation = 0;                 // counts Hellos
     bool synced = false;                          // Synced since its last Hello
+    // The agent serves another cluster (its Hello named it): held, never obeyed or heard
+    // but for heartbeats, until it says hello as one of ours.
+    std::string foreign;
   };
 
   explicit Ledger(model::CoordinatorConfig config);
+  // This cluster's identity, told to every agent in Welcome; an agent whose Hello names
+  // another is held (drained, its ranks neither kept nor killed, its reports ignored).
+  void set_cluster(std::string identity) { cluster_ = std::move(identity); }
+  // Whether `node`'s agent is held as another cluster's: its reports are not acknowledged.
+  bool holds_foreign(const std::string& node) const;
 
   // A job the ledger no longer holds, as the store knows it: its state and, for an array's
   // element, its array. For dependencies (after_ok, ...) on old jobs.
@@ -282,6 +290,7 @@ class Ledger {
   std::set<model::JobId> over_limit_;
   std::set<model::JobId> arrays_dirty_;
   model::JobId max_job_id_ = 0;
+  std::string cluster_;
   bool in_grace_ = false;
   TimePoint grace_ends_{};
   TimePoint now_{};  // the time of the call being handled

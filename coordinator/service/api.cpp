@@ -183,6 +183,11 @@ void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
     int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
     return respond(error_response(status, caller.error().message()));
   }
+  if (const auto& failing = committer_.failing(); failing && request.method != "GET" && request.method != "HEAD") {
+    // Refused before the ledger sees it: memory goes no further ahead of the disk.
+    return respond(error_response(503, "the coordinator cannot write its database now (" + failing->message() +
+                                           "); nothing was changed: try again once it can"));
+  }
   route(request, *caller, std::move(respond));
 }
 
@@ -1026,6 +1031,13 @@ net::HttpResponse Coordinator::metrics() {
   family("corral_store_changes_folded_total", "counter",
          "Job changes folded into the same job's change before them in a transaction (one write for both).");
   line("corral_store_changes_folded_total", "", static_cast<double>(committer_.folded()));
+  family("corral_store_failing", "gauge",
+         "1 while the database refuses writes (disk full, read-only, I/O error): writes get 503, reports wait.");
+  line("corral_store_failing", "", committer_.failing() ? 1 : 0);
+  family("corral_store_failures_total", "counter", "Times the database began refusing writes.");
+  line("corral_store_failures_total", "", static_cast<double>(stats_.store_failures));
+  family("corral_store_retries_total", "counter", "Transactions the database refused whole, kept and tried again.");
+  line("corral_store_retries_total", "", static_cast<double>(committer_.retries()));
   family("corral_store_commit_seconds", "histogram", "How long each SQLite transaction, sync included, took.");
   out += committer_.commit_seconds().render("corral_store_commit_seconds", "");
   family("corral_agent_messages_total", "counter", "Messages received from agents.");

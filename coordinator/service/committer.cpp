@@ -1,12 +1,37 @@
 #include "coordinator/service/committer.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "coordinator/store/store_rules.hpp"
 
 namespace corral::service {
 
+bool store_failure(const Error& error) {
+  switch (error.code()) {
+    case ErrorCode::Unavailable:        // I/O error, busy, cannot open
+    case ErrorCode::ResourceExhausted:  // disk full
+    case ErrorCode::PermissionDenied:   // read-only
+      return true;
+    default:
+      return false;
+  }
+}
+
+Committer::Committer(net::EventLoop& loop, store::Store& store, std::function<void(const Error&)> on_failure,
+                     std::function<void(const Error*)> on_store_state)
+    : loop_(loop),
+      store_(store),
+      on_failure_(std::move(on_failure)),
+      on_store_state_(std::move(on_store_state)),
+      retry_timer_(std::make_unique<net::Timer>(loop)) {}
+
+Committer::~Committer() = default;
+
 void Committer::schedule_flush() {
+  // While the store fails, the retry timer flushes: what is queued waits behind the
+  // batch that could not be written.
+  if (failing_) return;
   if (posted_) return;
   posted_ = true;
   // Posted work runs after every handler that is ready now: requests that arrived
@@ -67,6 +92,31 @@ void Committer::flush() {
   const Error* failure = nullptr;
   for (const auto& r : results) {
     if (!r && failure == nullptr) failure = &r.error();
+  }
+  // The store wrote none of the batch (it fails a batch whole on such errors): keep it,
+  // ahead of anything queued since, and try again. Nothing of it is answered or sent
+  // until it commits, so memory ahead of the disk is never seen outside.
+  if (failure != nullptr && store_failure(*failure) &&
+      std::all_of(results.begin(), results.end(), [](const Result<void>& r) { return !r; })) {
+    ++retries_;
+    --batches_;
+    committed_ -= changes.size();
+    const bool began = !failing_;
+    failing_ = *failure;
+    std::size_t k = 0;
+    for (auto& item : items) {
+      if (item.change) *item.change = std::move(changes[k++]);
+    }
+    for (auto& item : items_) items.push_back(std::move(item));
+    items_ = std::move(items);
+    retry_timer_->start(kRetry, [this] { flush(); });
+    if (began && on_store_state_) on_store_state_(&*failing_);
+    return;
+  }
+  if (failing_) {
+    failing_.reset();
+    retry_timer_->cancel();
+    if (on_store_state_) on_store_state_(nullptr);
   }
   std::size_t next = 0;
   for (auto& item : items) {

@@ -2,10 +2,14 @@
 // Committer: group commit for the coordinator. State changes queue here during one turn
 // of the event loop and are written in one SQLite transaction (one sync) at the end of
 // it; only then do their callbacks run, which is where responses and agent messages
-// are sent. So nothing is acknowledged or acted on before it is durable. Lives on the
-// event loop's thread.
+// are sent. So nothing is acknowledged or acted on before it is durable. A batch the
+// store could not write at all (disk full, read-only, I/O error: `store_failure`) is kept,
+// whole and in order, and tried again every `kRetry` until it commits; meanwhile nothing
+// queued after it runs either, and failing() says why. Lives on the event loop's thread.
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -15,12 +19,21 @@
 
 namespace corral::service {
 
+// Whether a commit failed because the store cannot write at all, which passes (space
+// freed, the file system remounted read-write), rather than for one change's content.
+bool store_failure(const Error& error);
+
 class Committer {
  public:
   using Done = std::function<void(const Result<void>&)>;
+  static constexpr std::chrono::milliseconds kRetry{250};
 
-  Committer(net::EventLoop& loop, store::Store& store, std::function<void(const Error&)> on_failure)
-      : loop_(loop), store_(store), on_failure_(std::move(on_failure)) {}
+  // `on_failure`: a change was refused for its content, so memory is ahead of the disk
+  // for good (a fault in the caller). `on_store_state`: the store began failing (the
+  // error) or recovered (nullptr).
+  Committer(net::EventLoop& loop, store::Store& store, std::function<void(const Error&)> on_failure,
+            std::function<void(const Error*)> on_store_state = {});
+  ~Committer();
 
   // Queues a change; `done` runs once it is committed (or failed). A change that only
   // updates the job the last queued change only updated is folded into it
@@ -45,6 +58,10 @@ class Committer {
   // How long each batch's commit took (one SQLite transaction and its sync).
   const Histogram& commit_seconds() const { return commit_seconds_; }
   double last_commit_seconds() const { return last_commit_seconds_; }
+  // Why the store cannot write now; nullopt while it can.
+  const std::optional<Error>& failing() const { return failing_; }
+  // Batches that failed as a whole and were kept to be tried again.
+  std::size_t retries() const { return retries_; }
 
  private:
   struct Item {
@@ -57,6 +74,10 @@ class Committer {
   net::EventLoop& loop_;
   store::Store& store_;
   std::function<void(const Error&)> on_failure_;
+  std::function<void(const Error*)> on_store_state_;
+  std::unique_ptr<net::Timer> retry_timer_;
+  std::optional<Error> failing_;
+  std::size_t retries_ = 0;
   std::function<void()> on_committed_;
   std::function<std::vector<store::Change>()> collect_;
   std::vector<Item> items_;

@@ -14,13 +14,15 @@
 namespace corral::service {
 
 Coordinator::Coordinator(net::EventLoop& loop, const Clock& clock, store::Store& store,
-                         model::CoordinatorConfig config)
+                         model::CoordinatorConfig config, std::string cluster)
     : loop_(loop),
       clock_(clock),
       store_(store),
       config_(std::move(config)),
       ledger_(config_),
-      committer_(loop, store, [this](const Error& e) { fatal(e); }) {
+      committer_(
+          loop, store, [this](const Error& e) { fatal(e); },
+          [this](const Error* failing) { store_state_changed(failing); }) {
   committer_.on_committed([this] {
     if (rank_write_in_batch_) {
       rank_write_in_batch_ = false;
@@ -34,6 +36,7 @@ Coordinator::Coordinator(net::EventLoop& loop, const Clock& clock, store::Store&
     status_changed();
   });
   committer_.on_flush([this] { return collect_rank_records(); });
+  ledger_.set_cluster(std::move(cluster));
   node_listing_ = std::make_unique<NodeListing>();
 }
 
@@ -41,9 +44,26 @@ Coordinator::~Coordinator() = default;
 
 void Coordinator::fatal(const Error& error) {
   // Memory is ahead of the disk and they can no longer be made to agree: stop, and let
-  // the restart reload the truth from SQLite.
+  // the restart reload the truth from SQLite. A failure, so the unit restarts it.
   spdlog::critical("cannot persist a state change: {}; stopping", error.to_string());
+  failed_ = true;
   loop_.stop();
+}
+
+void Coordinator::store_state_changed(const Error* failing) {
+  // Reads go on from memory, writes are refused with 503, agents' reports wait for their
+  // Ack (the agents resend what is not acknowledged), and no job is placed: nothing new
+  // is promised while nothing can be made durable.
+  if (failing != nullptr) {
+    spdlog::error("the database cannot be written: {}; refusing writes and holding reports until it can "
+                  "(tried again every {} ms)",
+                  failing->to_string(), Committer::kRetry.count());
+    ++stats_.store_failures;
+  } else {
+    spdlog::info("the database can be written again: the held changes are committed");
+    request_pass();
+  }
+  status_changed();
 }
 
 Result<void> Coordinator::start() {
@@ -123,6 +143,7 @@ void Coordinator::request_pass() {
 
 void Coordinator::run_pass() {
   if (ledger_.in_grace()) return;  // placements wait until we know what still runs
+  if (committer_.failing()) return;  // store_state_changed asks for a pass when it can write
   auto t0 = std::chrono::steady_clock::now();
   ledger_.schedule(clock_.now());
   last_pass_end_ = std::chrono::steady_clock::now();
@@ -276,7 +297,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
   if (auto* stacks = std::get_if<protocol::Stacks>(&*decoded)) return on_stacks(node, *stacks);
   ledger_.agent_message(node, *decoded, clock_.now());
   flush_effects();
-  if (protocol::is_report(*decoded)) {
+  if (protocol::is_report(*decoded) && !ledger_.holds_foreign(node)) {
     ++received_[node];
     acknowledge(node);
   }

@@ -31,6 +31,7 @@ struct CoordinatorStats {
   std::uint64_t agent_messages = 0;
   std::uint64_t bad_agent_messages = 0;
   std::uint64_t http_requests = 0;
+  std::uint64_t store_failures = 0;  // times the database began refusing writes
 };
 
 // Which jobs a list or a bulk cancel is about: every condition given must hold; an empty
@@ -50,7 +51,9 @@ class NodeListing;
 
 class Coordinator final : public net::ServerHandler {
  public:
-  Coordinator(net::EventLoop& loop, const Clock& clock, store::Store& store, model::CoordinatorConfig config);
+  // `cluster`: this cluster's identity (cluster_identity.hpp), told to every agent.
+  Coordinator(net::EventLoop& loop, const Clock& clock, store::Store& store, model::CoordinatorConfig config,
+              std::string cluster = "");
   ~Coordinator() override;
 
   // Reloads state from the store and starts the timers. Jobs that were running wait
@@ -58,6 +61,9 @@ class Coordinator final : public net::ServerHandler {
   Result<void> start();
   // Commits what is queued; call before the loop stops.
   void shutdown();
+  // A change was refused for good and the loop was stopped: the process must exit with
+  // a failure, so that it is restarted and reloads the truth.
+  bool failed() const { return failed_; }
   // Where GET /v1/history and /v1/usage read ended jobs: a second connection to the same
   // database, used on a thread of its own, so that a month of history (seconds to read
   // and render) never holds the loop. Without one (a MemoryStore in tests) they read the
@@ -109,6 +115,7 @@ class Coordinator final : public net::ServerHandler {
   void run_pass();
   void tick();
   void fatal(const Error& error);
+  void store_state_changed(const Error* failing);
   void send(const std::string& node, const protocol::CoordinatorMessage& message);
   void on_log_data(const std::string& node, const protocol::LogData& m);
   void on_stacks(const std::string& node, const protocol::Stacks& m);
@@ -192,6 +199,7 @@ class Coordinator final : public net::ServerHandler {
 
   net::EventLoop& loop_;
   const Clock& clock_;
+  bool failed_ = false;
   store::Store& store_;
   std::shared_ptr<store::Store> history_reader_;
   std::unique_ptr<net::BlockingWork> history_work_;

@@ -78,6 +78,8 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
   out["version"] = std::string(version());
   out["seq"] = status_seq_;
   out["public"] = config_.public_status;
+  // The page says so in a banner: what is shown may be ahead of what is on disk.
+  out["store_error"] = committer_.failing() ? committer_.failing()->message() : "";
 
   // The cluster strip: GPUs by class (product and memory) and state; nodes by state.
   struct ClassCount {

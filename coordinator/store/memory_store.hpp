@@ -15,7 +15,7 @@
 
 namespace corral::store {
 
-class MemoryStore final : public Store {
+class MemoryStore : public Store {
  public:
   std::vector<Result<void>> commit(std::span<const Change> changes) override;
   using Store::commit;

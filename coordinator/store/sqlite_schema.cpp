@@ -111,6 +111,15 @@ ALTER TABLE jobs ADD COLUMN array_job INTEGER;
 ALTER TABLE jobs ADD COLUMN array_index INTEGER;
 )sql";
 
+// Version 7: the cluster's identity, written by `corral-coordinator init` (or adopted by
+// the first start of a database made before identities), one row.
+constexpr std::string_view kMigration7 = R"sql(
+CREATE TABLE cluster (
+  id       INTEGER PRIMARY KEY CHECK (id = 1),
+  identity TEXT    NOT NULL CHECK (length(identity) BETWEEN 1 AND 128)
+) STRICT;
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
     {2, kMigration2},
@@ -118,6 +127,7 @@ constexpr SqliteMigration kMigrations[] = {
     {4, kMigration4},
     {5, kMigration5},
     {6, kMigration6},
+    {7, kMigration7},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

@@ -236,6 +236,14 @@ Result<std::string> SqliteStore::pragma(std::string_view name) {
 
 // ---- writes ----
 
+namespace {
+// Disk full, read-only, an I/O error or a lock held elsewhere: nothing can be written now.
+bool writes_nothing(const Error& e) {
+  return e.code() == ErrorCode::ResourceExhausted || e.code() == ErrorCode::Unavailable ||
+         e.code() == ErrorCode::PermissionDenied;
+}
+}  // namespace
+
 std::vector<Result<void>> SqliteStore::commit(std::span<const Change> changes) {
   std::vector<Result<void>> results;
   if (changes.empty()) return results;
@@ -270,6 +278,12 @@ Result<void> SqliteStore::apply_change(const Change& change) {
     auto ok = std::visit([this](const auto& m) { return apply(m); }, mutation);
     if (ok) continue;
     if (!db_->in_transaction()) return ok;  // commit() reports the whole batch
+    if (writes_nothing(ok.error())) {
+      // The file, not this change, is at fault: no change of the batch is kept, so the
+      // caller can hold the batch whole and write it again once the store can.
+      (void)db_->run("ROLLBACK");
+      return ok;
+    }
     auto undone = db_->run("ROLLBACK TO change");
     if (!undone) {
       // The change cannot be undone alone, so nothing of the batch may be kept.
@@ -622,6 +636,31 @@ Result<std::vector<User>> SqliteStore::users() {
     if (!*row) return users;
     users.push_back(read_user(**stmt));
   }
+}
+
+// ---- the cluster's identity ----
+
+Result<std::optional<std::string>> SqliteStore::cluster_identity() {
+  auto text = db_->query_text("SELECT identity FROM cluster WHERE id = 1");
+  if (!text) return std::unexpected(text.error().with_context("read the cluster identity"));
+  if (text->empty()) return std::nullopt;
+  return *text;
+}
+
+Result<void> SqliteStore::set_cluster_identity(std::string_view identity) {
+  auto stmt = db_->prepare("INSERT INTO cluster (id, identity) VALUES (1, ?1)");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, identity);
+  if (auto ok = (*stmt)->run(); !ok) {
+    return std::unexpected(ok.error().with_context("write the cluster identity"));
+  }
+  return {};
+}
+
+Result<bool> SqliteStore::holds_anything() {
+  auto text = db_->query_text("SELECT EXISTS (SELECT 1 FROM users) OR EXISTS (SELECT 1 FROM jobs)");
+  if (!text) return std::unexpected(text.error().with_context("look for users and jobs"));
+  return *text == "1";
 }
 
 }  // namespace corral::store

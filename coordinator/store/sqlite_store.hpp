@@ -54,6 +54,14 @@ class SqliteStore final : public Store {
   [[nodiscard]] Result<std::string> pragma(std::string_view name);
   const std::string& path() const;
 
+  // The cluster this database belongs to; nullopt in a database made before identities
+  // (or by open() just now).
+  [[nodiscard]] Result<std::optional<std::string>> cluster_identity();
+  // Conflict when the database already belongs to a cluster.
+  [[nodiscard]] Result<void> set_cluster_identity(std::string_view identity);
+  // Whether the database holds a user or a job: what a cluster that ever ran has.
+  [[nodiscard]] Result<bool> holds_anything();
+
  private:
   explicit SqliteStore(std::unique_ptr<SqliteConnection> db);
 

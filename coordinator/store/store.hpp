@@ -189,9 +189,11 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // Applies the changes in order, each atomically; a failing change is rolled back alone
-  // and the others still apply. Returns one result per change, after all applied changes
-  // are durable.
+  // Applies the changes in order, each atomically; a change refused for its content is
+  // rolled back alone and the others still apply. When the store cannot write at all
+  // (Unavailable, ResourceExhausted, PermissionDenied: disk full, read-only, I/O error),
+  // nothing of the batch applies and every result carries that error. Returns one result
+  // per change, after all applied changes are durable.
   virtual std::vector<Result<void>> commit(std::span<const Change> changes) = 0;
   Result<void> commit(const Change& change) { return commit(std::span<const Change>(&change, 1)).front(); }
 

@@ -948,5 +948,74 @@ TEST_F(AgentClusterTest, NoJobGoesToANodeWhoseAgentIsDisconnected) {
   EXPECT_EQ(wait_end(id)["state"], "COMPLETED");
 }
 
+// The issue's first defect, tried as an operator would: the database is deleted under a
+// running job. The coordinator refuses to start; a new cluster started on purpose holds
+// the agents (their ranks live on, the nodes are drained saying why); the old database
+// back, the job carries on and completes, having run once.
+TEST_F(AgentClusterTest, ADeletedDatabaseKillsNoRankAndTheClusterCarriesOnWhenItIsBack) {
+  const std::string go = dir_.file("go");
+  const std::string ran = dir_.file("ran");
+  model::JobId id = submit(two_node("\"[ $RANK = 0 ] && echo ran >> " + ran + "; while [ ! -e " + go +
+                                    " ]; do sleep 0.05; done\""));
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  ASSERT_TRUE(eventually([&] { return pids(job(id)).size() == 4; }, 10s));
+  const std::vector<int> ranks = pids(job(id));
+  const std::string state = dir_.file("state");
+  const std::string db = coord_.database();
+  coord_.kill9();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    std::filesystem::rename(db + suffix, dir_.file(std::string("kept.db") + suffix), ec);
+  }
+  ASSERT_FALSE(coord_.start()) << "a coordinator started on a missing database";
+  int status = coord_.process().wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+
+  auto made = testing::run_to_end({CORRAL_COORDINATOR_BIN, "new-database", "--state-dir", state, "--admin", "other"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string new_token = made.out.substr(0, made.out.find('\n'));
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client(70s);
+  for (auto* agent : {a_.get(), b_.get()}) {
+    ASSERT_TRUE(agent->process().wait_for_line("obeying none of its orders")) << "the agent did not hold";
+  }
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto r = http_->request("GET", "/v1/nodes", "", {{"Authorization", "Bearer " + new_token}});
+        if (!r || r->status != 200) return false;
+        Json nodes = Json::parse(r->body);
+        return nodes.size() == 2 && std::all_of(nodes.begin(), nodes.end(), [](const Json& n) {
+                 return n["state"] == "drained" && n["reason"].get<std::string>().rfind("held: ", 0) == 0;
+               });
+      },
+      10s))
+      << "the new cluster's nodes are not shown held";
+  for (int pid : ranks) EXPECT_TRUE(running(pid)) << "rank pid " << pid << " was killed on a new cluster's word";
+
+  // The operator puts the cluster's database and identity back.
+  coord_.kill9();
+  std::filesystem::remove(db);
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    std::filesystem::rename(dir_.file(std::string("kept.db") + suffix), db + suffix, ec);
+  }
+  std::filesystem::rename(state + "/cluster-id.previous", state + "/cluster-id");
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client(70s);
+  ASSERT_TRUE(a_->rejoined());
+  ASSERT_TRUE(b_->rejoined());
+  EXPECT_EQ(job(id)["state"], "RUNNING");
+  std::ofstream(go) << "go\n";
+  Json j = wait_end(id);
+  EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_EQ(j["attempt"], 0);
+  std::ifstream runs(ran);
+  int n = 0;
+  for (std::string line; std::getline(runs, line);) n += line == "ran";
+  EXPECT_EQ(n, 1) << "the job ran more than once";
+  Json nodes = Json::parse(call("GET", "/v1/nodes").body);
+  for (const auto& node : nodes) EXPECT_EQ(node["state"], "up") << node.dump();
+}
+
 }  // namespace
 }  // namespace corral

@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
@@ -218,10 +224,11 @@ TEST_F(CoordinatorTest, ARankStartWaitingForItsPacedWriteIsAcknowledgedOnlyOnceW
 }
 
 TEST_F(CoordinatorTest, APortFileThatCannotBeWrittenIsAClearErrorNotACrash) {
-  // A second coordinator on its own port (0: any), told to write where it cannot.
+  // A second coordinator, of a cluster of its own, on its own port (0: any), told to write
+  // where it cannot.
+  ASSERT_EQ(testing::run({CORRAL_COORDINATOR_BIN, "init", "--state-dir", dir_.file("second")}).first, 0);
   std::string config = dir_.file("second.yaml");
-  std::ofstream(config) << "listen: 127.0.0.1:0\nstate_dir: " << dir_.file("state") << "\ndatabase: "
-                        << dir_.file("second.db") << "\n";
+  std::ofstream(config) << "listen: 127.0.0.1:0\nstate_dir: " << dir_.file("second") << "\n";
   testing::Child c;
   ASSERT_TRUE(c.start({CORRAL_COORDINATOR_BIN, "--config", config, "--port-file", "/nonexistent/corral/port"}));
   int status = c.wait();
@@ -779,6 +786,242 @@ TEST_F(CoordinatorTest, AJobsSpecIsShownToItsOwnerAndAdminsOnly) {
   Json other = as(carol);
   EXPECT_EQ(other["name"], "bobs");
   EXPECT_FALSE(other.contains("spec")) << other.dump();
+}
+
+// ---- a cluster knows itself
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Moves the database and its WAL files out of the way (to `to` + the same suffixes).
+void move_database(const std::string& db, const std::string& to) {
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    std::filesystem::rename(db + suffix, to + suffix, ec);
+  }
+}
+
+// The coordinator did not start: its exit status and what it said.
+std::pair<int, std::string> refused(CoordinatorProcess& coord) {
+  int status = coord.process().wait();
+  std::string said;
+  for (const auto& line : coord.process().lines()) said += line + "\n";
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), said};
+}
+
+TEST_F(CoordinatorTest, AMissingEmptyOrForeignDatabaseIsRefusedAtStartNeverTakenForANewCluster) {
+  model::JobId id = submit(kTwoNodeJob);
+  ASSERT_GT(id, 0);
+  coord_.stop();
+  const std::string db = coord_.database();
+  const std::string saved = dir_.file("saved.db");
+  move_database(db, saved);
+
+  EXPECT_FALSE(coord_.start());
+  auto [missing_rc, missing] = refused(coord_);
+  EXPECT_EQ(missing_rc, 3);
+  EXPECT_NE(missing.find("the database " + db + " is missing"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("cluster-id says cluster"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("corral-coordinator new-database"), std::string::npos) << missing;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "a refused start made a new database";
+
+  // add-user would have made a new database of one user, which the next start took for the cluster.
+  auto [user_rc, token] = testing::run({CORRAL_COORDINATOR_BIN, "add-user", "--state-dir", dir_.file("state"), "eve"});
+  EXPECT_NE(user_rc, 0);
+  EXPECT_TRUE(token.empty());
+  EXPECT_FALSE(std::filesystem::exists(db));
+
+  std::ofstream(db).close();  // truncated to 0 bytes
+  EXPECT_FALSE(coord_.start());
+  auto [empty_rc, empty] = refused(coord_);
+  EXPECT_EQ(empty_rc, 3);
+  EXPECT_NE(empty.find("is empty (0 bytes)"), std::string::npos) << empty;
+
+  // Another cluster's database, with its own identity.
+  testing::TempDir other_dir;
+  CoordinatorProcess other(other_dir);
+  ASSERT_TRUE(other.init_ok());
+  std::filesystem::copy_file(other.database(), db, std::filesystem::copy_options::overwrite_existing);
+  EXPECT_FALSE(coord_.start());
+  auto [foreign_rc, foreign] = refused(coord_);
+  EXPECT_EQ(foreign_rc, 3);
+  const std::string other_id = read_all(other_dir.file("state") + "/cluster-id");
+  ASSERT_FALSE(other_id.empty());
+  EXPECT_NE(foreign.find("belongs to cluster " + other_id.substr(0, other_id.size() - 1)), std::string::npos)
+      << foreign;
+
+  // The cluster's own database back: it starts, with its jobs and tokens.
+  std::filesystem::remove(db);
+  move_database(saved, db);
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client();
+  EXPECT_EQ(job(id)["id"], id);
+}
+
+TEST_F(CoordinatorTest, NewDatabaseStartsANewClusterOnlyWhereTheOldDatabaseIsGone) {
+  coord_.stop();
+  const std::string state = dir_.file("state");
+  const std::string old_id = read_all(state + "/cluster-id");
+  // Refused while the database holds the cluster.
+  auto refused_newdb = testing::run_to_end({CORRAL_COORDINATOR_BIN, "new-database", "--state-dir", state});
+  EXPECT_NE(refused_newdb.exit_code, 0);
+  EXPECT_NE(refused_newdb.err.find("move that one away first"), std::string::npos) << refused_newdb.err;
+  EXPECT_EQ(read_all(state + "/cluster-id"), old_id);
+
+  move_database(coord_.database(), dir_.file("old.db"));
+  auto made = testing::run_to_end({CORRAL_COORDINATOR_BIN, "new-database", "--state-dir", state, "--admin", "root2"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string token = made.out.substr(0, made.out.find('\n'));
+  EXPECT_EQ(token.size(), 64u);
+  const std::string new_id = read_all(state + "/cluster-id");
+  EXPECT_NE(new_id, old_id);
+  EXPECT_EQ(read_all(state + "/cluster-id.previous"), old_id);
+  ASSERT_TRUE(coord_.start());
+  http_ = coord_.client();
+  EXPECT_EQ(call("GET", "/v1/jobs").status, 401) << "the old cluster's tokens are gone with its database";
+  EXPECT_EQ(call("GET", "/v1/jobs", "", token).body, "[]");
+}
+
+TEST_F(CoordinatorTest, AnAgentOfAnotherClusterIsHeldDrainedAndNeitherObeyedNorHeard) {
+  const std::string ours = read_all(dir_.file("state") + "/cluster-id");
+  auto hello = hello_for("gpu-a", "10.0.0.1", 2);
+  hello.cluster = "another-cluster";
+  hello.running = {{1, 0, 0, 4242}};  // "job 1" there is not our job 1
+  ScriptedAgent a(coord_.url(), certs_, hello);
+  ASSERT_TRUE(a.connect());
+  EXPECT_EQ(a.welcome().cluster + "\n", ours) << "the welcome names this coordinator's cluster";
+  model::JobId id = submit("name: one\ncommand: [sleep, '1']\nresources: {nodes: 1, gpus_per_node: 1}\n");
+  ASSERT_GT(id, 0);
+  // Its reports change nothing and are not acknowledged: they wait for their own cluster.
+  a.send(protocol::RankExited{id, 0, 0, 0, 0, "exited with code 0", false});
+  Json nodes = Json::parse(call("GET", "/v1/nodes").body);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]["state"], "drained");
+  const std::string reason = nodes[0]["reason"];
+  EXPECT_EQ(reason.rfind("held: this node's agent serves cluster another-cluster", 0), 0u) << reason;
+  EXPECT_FALSE(a.expect<protocol::Ack>(1s).has_value());
+  EXPECT_FALSE(a.expect<protocol::Reconcile>(1s).has_value()) << "a reconcile would kill the other cluster's ranks";
+  EXPECT_FALSE(a.expect<protocol::Prepare>(1s).has_value());
+  EXPECT_EQ(job(id)["state"], "PENDING");
+
+  // The same node, its agent one of ours (restarted, so it names no cluster yet): it works.
+  a.disconnect();
+  ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-a", "10.0.0.1", 2));
+  ASSERT_TRUE(b.connect());
+  EXPECT_TRUE(b.expect<protocol::Prepare>().has_value());
+}
+
+// ---- a full disk
+
+// A small tmpfs mounted on a folder for the test's life (root only).
+class SmallFileSystem {
+ public:
+  SmallFileSystem(const std::string& at, const std::string& size) : at_(at) {
+    std::filesystem::create_directories(at);
+    mounted_ = ::mount("tmpfs", at.c_str(), "tmpfs", 0, ("size=" + size + ",mode=0700").c_str()) == 0;
+    if (!mounted_) why_ = std::strerror(errno);
+  }
+  ~SmallFileSystem() {
+    if (mounted_) ::umount2(at_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+
+  // Writes `file` until the file system has no space left.
+  void fill(const std::string& file) {
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    std::string block(64 * 1024, 'x');
+    while (fd >= 0 && ::write(fd, block.data(), block.size()) > 0) {
+    }
+    // The last pages: smaller writes until not even one byte fits.
+    while (fd >= 0 && ::write(fd, block.data(), 512) > 0) {
+    }
+    while (fd >= 0 && ::write(fd, block.data(), 1) > 0) {
+    }
+    if (fd >= 0) ::close(fd);
+  }
+
+ private:
+  std::string at_;
+  bool mounted_ = false;
+  std::string why_;
+};
+
+TEST(CoordinatorFullDiskTest, AFullDiskRefusesWritesKeepsServingAndRecoversByItselfLosingNothingAcknowledged) {
+  testing::TempDir dir;
+  SmallFileSystem fs(dir.file("state"), "6m");
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs (" << fs.why() << "): needs root";
+  CoordinatorProcess coord(dir);
+  ASSERT_TRUE(coord.init_ok());
+  ASSERT_TRUE(coord.start());
+  const std::string spec = "name: w\ncommand: [sleep, '1']\nresources: {gpus: 1}\n";
+  const std::string body = Json{{"spec", spec}, {"file", "job.yaml"}}.dump();
+  const std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer " + coord.token()}};
+  std::vector<model::JobId> acknowledged;
+  auto submit = [&](net::HttpClient& c) -> int {
+    auto r = c.request("POST", "/v1/jobs", body, auth);
+    if (!r) return 0;  // no answer in time: the job may or may not exist, it was not acknowledged
+    if (r->status == 201) acknowledged.push_back(Json::parse(r->body)["id"].get<model::JobId>());
+    return r->status;
+  };
+  auto client = coord.client(2s);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(submit(*client), 201);
+
+  fs.fill(dir.file("state") + "/fill");
+  // Submissions go on until the database must grow and cannot: from then on they are
+  // refused with 503, and the one whose write failed first waits for the disk.
+  std::string refusal;
+  for (int i = 0; i < 3000 && refusal.empty(); ++i) {
+    auto r = client->request("POST", "/v1/jobs", body, auth);
+    if (!r) {
+      client = coord.client(2s);  // that request waits for the disk; carry on with another connection
+      continue;
+    }
+    if (r->status == 201) acknowledged.push_back(Json::parse(r->body)["id"].get<model::JobId>());
+    if (r->status == 503) refusal = r->body;
+  }
+  ASSERT_FALSE(refusal.empty()) << "no write was ever refused on a full disk";
+  EXPECT_NE(refusal.find("cannot write its database"), std::string::npos) << refusal;
+  // Still up, still reading from memory.
+  auto list = client->request("GET", "/v1/jobs", "", auth);
+  ASSERT_TRUE(list.has_value());
+  EXPECT_EQ(list->status, 200);
+  auto metrics = client->request("GET", "/metrics", "", {});
+  ASSERT_TRUE(metrics.has_value());
+  EXPECT_NE(metrics->body.find("\ncorral_store_failing 1\n"), std::string::npos);
+  auto status = client->request("GET", "/v1/status", "", {});
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(Json::parse(status->body)["store_error"].get<std::string>(), "");
+
+  // Space again: writes are served within about a second, without a restart.
+  std::filesystem::remove(dir.file("state") + "/fill");
+  const auto freed = std::chrono::steady_clock::now();
+  int code = 0;
+  while (code != 201 && std::chrono::steady_clock::now() - freed < 10s) {
+    code = submit(*client);
+    if (code == 0) client = coord.client(2s);
+  }
+  const auto took = std::chrono::steady_clock::now() - freed;
+  EXPECT_EQ(code, 201);
+  EXPECT_LT(took, 1500ms) << "writes came back after "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  metrics = client->request("GET", "/metrics", "", {});
+  ASSERT_TRUE(metrics.has_value());
+  EXPECT_NE(metrics->body.find("\ncorral_store_failing 0\n"), std::string::npos);
+
+  // Nothing acknowledged was lost: every 201 is on disk after a SIGKILL.
+  coord.kill9();
+  ASSERT_TRUE(coord.start());
+  client = coord.client(5s);
+  for (model::JobId id : acknowledged) {
+    auto r = client->request("GET", "/v1/jobs/" + std::to_string(id), "", auth);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << "acknowledged job " << id << " was lost";
+  }
 }
 
 }  // namespace

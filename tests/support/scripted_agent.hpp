@@ -67,7 +67,9 @@ class ScriptedAgent {
         if (heartbeats && ws_ && ws_->open()) ws_->send(protocol::encode(protocol::AgentMessage(protocol::Heartbeat{})));
       });
     });
-    if (!expect<protocol::Welcome>(timeout).has_value()) return false;
+    auto welcome = expect<protocol::Welcome>(timeout);
+    if (!welcome.has_value()) return false;
+    welcome_ = *welcome;
     // As a real agent does once its held-back reports are sent; tests that play those
     // reports first turn this off and send Synced themselves.
     if (sync_on_welcome) send(protocol::Synced{});
@@ -125,9 +127,13 @@ class ScriptedAgent {
     return closed_;
   }
 
+  // The coordinator's answer to the last connect()'s hello.
+  const protocol::Welcome& welcome() const { return welcome_; }
+
   std::atomic<bool> heartbeats = true;
   std::uint64_t reports_sent_ = 0;
   bool sync_on_welcome = true;
+  protocol::Welcome welcome_;
 
  private:
   net::EventLoop loop_;

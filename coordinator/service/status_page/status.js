@@ -329,6 +329,10 @@ function render() {
   }
   document.title = 'corral';
   if (page.status) {
+    $('store-error').textContent = page.status.store_error
+      ? 'The coordinator cannot write its database (' + page.status.store_error +
+        '): what is shown may not be kept, submissions and cancels are refused, and it recovers by itself once it can write.'
+      : '';
     renderStrip(page.status);
     renderGrid(page.status);
     renderQueue(page.status);

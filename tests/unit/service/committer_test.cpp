@@ -122,5 +122,85 @@ TEST_F(CommitterTest, AWakeWithNothingQueuedStillCommitsWhatOnFlushGives) {
   EXPECT_EQ((*store_.job(1))->reason, "woken");
 }
 
+// A store whose disk is full while `full` is set: it writes nothing of a batch, and says
+// so for every change, as SqliteStore does on SQLITE_FULL.
+class FullDiskStore final : public store::MemoryStore {
+ public:
+  bool full = false;
+  int refused_batches = 0;
+  std::vector<Result<void>> commit(std::span<const store::Change> changes) override {
+    if (!full) return MemoryStore::commit(changes);
+    ++refused_batches;
+    return std::vector<Result<void>>(changes.size(),
+                                     std::unexpected(Error(ErrorCode::ResourceExhausted, "database or disk is full")));
+  }
+  using MemoryStore::commit;
+};
+
+class CommitterOnAFullDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::Change c;
+    c.mutations.emplace_back(store::InsertJob{job(1, "Resources")});
+    ASSERT_TRUE(store_.commit(c).has_value());
+  }
+  net::EventLoop loop_;
+  FullDiskStore store_;
+  std::vector<std::string> failures_;
+  std::vector<std::string> states_;
+  std::vector<std::string> heard_;
+  Committer committer_{loop_, store_, [this](const Error& e) { failures_.push_back(e.message()); },
+                       [this](const Error* e) { states_.push_back(e ? "failing: " + e->message() : "writing"); }};
+};
+
+TEST_F(CommitterOnAFullDiskTest, ABatchTheStoreCannotWriteIsKeptAndNothingOfItOrAfterItIsAnsweredUntilItCommits) {
+  store_.full = true;
+  committer_.enqueue(update(job(1, "a"), "first"), [this](const Result<void>& r) { heard_.push_back(r ? "a ok" : "a failed"); });
+  committer_.then([this] { heard_.push_back("then"); });
+  committer_.flush();
+  EXPECT_TRUE(heard_.empty());
+  ASSERT_TRUE(committer_.failing().has_value());
+  EXPECT_EQ(committer_.failing()->code(), ErrorCode::ResourceExhausted);
+  EXPECT_EQ(states_, (std::vector<std::string>{"failing: database or disk is full"}));
+  EXPECT_TRUE(failures_.empty()) << "a full disk is not a refused change: the coordinator must not stop";
+  // Queued while the store fails: it waits behind the kept batch, in order.
+  committer_.enqueue(update(job(1, "b"), "second"), [this](const Result<void>& r) { heard_.push_back(r ? "b ok" : "b failed"); });
+  committer_.flush();  // still full: tried again, still kept
+  EXPECT_TRUE(heard_.empty());
+  EXPECT_EQ(committer_.retries(), 2u);
+  EXPECT_EQ(states_.size(), 1u) << "one report of the failure, not one per try";
+  EXPECT_EQ((*store_.job(1))->reason, "Resources");
+
+  store_.full = false;
+  // The retry timer writes it: the loop runs until it has.
+  auto until_written = std::make_unique<net::Timer>(loop_);
+  until_written->start_repeating(std::chrono::milliseconds(10), [&] {
+    if (!committer_.failing()) loop_.stop();
+  });
+  auto give_up = std::make_unique<net::Timer>(loop_);
+  give_up->start(std::chrono::seconds(10), [&] { loop_.stop(); });
+  loop_.run();
+  EXPECT_FALSE(committer_.failing().has_value());
+  EXPECT_EQ(heard_, (std::vector<std::string>{"a ok", "then", "b ok"}));
+  EXPECT_EQ(states_, (std::vector<std::string>{"failing: database or disk is full", "writing"}));
+  EXPECT_EQ((*store_.job(1))->reason, "b");
+  auto events = store_.events(1);
+  ASSERT_TRUE(events.has_value());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].text, "first");
+  EXPECT_EQ((*events)[1].text, "second");
+  EXPECT_TRUE(failures_.empty());
+}
+
+TEST_F(CommitterOnAFullDiskTest, AChangeRefusedForItsContentStillStopsTheOwner) {
+  store::Change c;
+  c.mutations.emplace_back(store::InsertJob{job(1, "again")});  // job 1 exists: Conflict
+  committer_.enqueue(std::move(c));
+  committer_.flush();
+  EXPECT_FALSE(committer_.failing().has_value());
+  EXPECT_EQ(failures_.size(), 1u);
+  EXPECT_TRUE(states_.empty());
+}
+
 }  // namespace
 }  // namespace corral::service
