@@ -26,6 +26,7 @@
 #include "agent/rank_watch.hpp"
 #include "common/core/check.hpp"
 #include "common/core/overloaded.hpp"
+#include "common/core/time.hpp"
 #include "common/protocol/codec.hpp"
 
 namespace corral::agent {
@@ -135,7 +136,10 @@ void Agent::kill_orphans() {
   for (const auto& key : left) finish_kill(key);
 }
 
-void Agent::report_end(const protocol::RankExited& m, std::string marker) {
+void Agent::report_end(protocol::RankExited m, std::string marker) {
+  // Dated now, by this node's clock, unless the record it came from was (an end seen by
+  // an earlier agent process): the coordinator may hear of it much later.
+  if (m.ended_at_ms == 0) m.ended_at_ms = to_millis(SystemClock().now());
   // Kept on disk first: an agent killed before the report is acknowledged leaves the
   // marker and this record to the next one, which says it again.
   spool_.record_exit(m);

@@ -147,7 +147,7 @@ class Agent {
   void kill_orphans();
   // Records a rank's end in the spool, reports it, and forgets its marker (`marker`)
   // once the coordinator acknowledges the report (on_acknowledged).
-  void report_end(const protocol::RankExited& m, std::string marker);
+  void report_end(protocol::RankExited m, std::string marker);
   void on_acknowledged();
   void run_preflight();
   // Once the node is surveyed: the link, and the periodic preflight.

@@ -68,7 +68,7 @@ void Spool::mark_running(model::JobId job, int attempt, int rank, pid_t pid,
 
 void Spool::record_exit(const protocol::RankExited& m) const {
   std::ofstream(log_path(m.job, m.attempt, m.rank) + ".exit")
-      << m.exit_code << " " << m.signal << " " << (m.launch_failure ? 1 : 0) << "\n"
+      << m.exit_code << " " << m.signal << " " << (m.launch_failure ? 1 : 0) << " " << m.ended_at_ms << "\n"
       << m.reason << "\n";
 }
 
@@ -82,11 +82,13 @@ std::optional<protocol::RankExited> Spool::recorded_exit(model::JobId job, int a
   protocol::RankExited m{job, attempt, rank, 0, 0, "", false};
   std::string first;
   if (!std::getline(in, first)) return std::nullopt;
-  // "CODE SIGNAL [LAUNCH_FAILURE]": the flag is absent in records of older agents.
+  // "CODE SIGNAL [LAUNCH_FAILURE [ENDED_AT_MS]]": older agents wrote fewer fields.
   std::istringstream fields(first);
   int launch_failure = 0;
   if (!(fields >> m.exit_code >> m.signal)) return std::nullopt;
   if (fields >> launch_failure) m.launch_failure = launch_failure != 0;
+  std::int64_t ended_at_ms = 0;
+  if (fields >> ended_at_ms && ended_at_ms > 0) m.ended_at_ms = ended_at_ms;
   std::getline(in >> std::ws, m.reason);
   return m;
 }

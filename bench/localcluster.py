@@ -73,13 +73,21 @@ class Lab:
 
 
 class LocalCluster:
-    def __init__(self, build, agents=2, sim="a100x8.yaml", settings="", netns=False):
+    def __init__(self, build, agents=2, sim="a100x8.yaml", settings="", netns=False, state_size=None):
         self.build = build
         self.dir = tempfile.mkdtemp(prefix="corral-bench-")
         self.procs = []
         self.local = threading.local()
         self.lab = None
+        self.state_mount = None
         try:
+            if state_size:
+                # The coordinator's state folder on a file system of its own, which a
+                # benchmark can fill (root only): see bench/full_disk.py.
+                self.state_mount = os.path.join(self.dir, "state")
+                os.makedirs(self.state_mount)
+                subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={state_size},mode=0700", "tmpfs",
+                                self.state_mount], check=True, capture_output=True)
             if netns:
                 self.lab = Lab(agents + 1)
             self._setup(build, agents, sim, settings)
@@ -286,6 +294,8 @@ class LocalCluster:
                 p.wait()
         if self.lab:
             self.lab.close()
+        if self.state_mount:
+            subprocess.run(["umount", "-l", self.state_mount], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):

@@ -66,7 +66,8 @@ std::string encode(const AgentMessage& message) {
           [](const RankExited& m) {
             return Json{{"type", "rank_exited"}, {"job", m.job},       {"attempt", m.attempt},
                         {"rank", m.rank},        {"exit_code", m.exit_code}, {"signal", m.signal},
-                        {"reason", m.reason},    {"launch_failure", m.launch_failure}};
+                        {"reason", m.reason},    {"launch_failure", m.launch_failure},
+                        {"ended_at", m.ended_at_ms}};
           },
           [](const LogData& m) {
             return Json{{"type", "log_data"}, {"request", m.request}, {"data", m.data},      {"offset", m.offset},
@@ -322,6 +323,7 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.signal = r.i32("signal", 0, 128);
     m.reason = r.str("reason", 4096, "");
     m.launch_failure = r.boolean("launch_failure", false);
+    m.ended_at_ms = r.i64("ended_at", 0, 32'503'680'000'000, 0);  // up to the year 3000
     out = std::move(m);
   } else if (type == "log_data") {
     LogData m;

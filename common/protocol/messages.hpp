@@ -88,6 +88,9 @@ struct RankExited {
   int signal = 0;               // the signal that killed it, or 0
   std::string reason;           // "exited with code 3", "killed by signal 9", "no such user alice"
   bool launch_failure = false;  // it never ran the job's command (bad user, workdir, ...)
+  // When the agent saw it end, by the node's clock (ms since the epoch; 0: unknown, as
+  // from an older agent). A report held back through an outage still dates the end.
+  std::int64_t ended_at_ms = 0;
   bool operator==(const RankExited&) const = default;
 };
 

@@ -93,6 +93,28 @@ bool Ledger::holds_foreign(const std::string& node) const {
 }
 
 namespace {
+// When a rank ended: as its agent dated it, within what can be true (after its attempt
+// started, not after we heard of it), so that ends held back through an outage keep their
+// time and a node's wrong clock cannot date an end outside the run.
+TimePoint rank_end_time(const store::JobRecord& rec, std::int64_t agent_ms, TimePoint now) {
+  if (agent_ms <= 0) return now;
+  TimePoint at = from_millis(agent_ms);
+  if (rec.started_at && at < *rec.started_at) at = *rec.started_at;
+  return std::min(at, now);
+}
+
+// A job that ran ended when its last rank did, if every rank's end is known (they all
+// exited, or were killed, and said when); otherwise when its end was decided, now.
+TimePoint job_end_time(const store::JobRecord& rec, TimePoint now) {
+  if (rec.ranks.empty() || !rec.started_at) return now;
+  TimePoint last = *rec.started_at;
+  for (const auto& r : rec.ranks) {
+    if (!r.ended_at) return now;
+    last = std::max(last, *r.ended_at);
+  }
+  return std::min(last, now);
+}
+
 // A drain the agent's own word set (preflight) or its cluster's (held), which its next
 // Hello lifts or sets again; any other reason is an admin's and outlives the agent.
 bool agent_drain(const std::string& reason) {
@@ -532,7 +554,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       }
       break;
     default:  // terminal, from ENDING (every rank gone) or PENDING (cancelled)
-      rec.ended_at = now;
+      rec.ended_at = job_end_time(rec, now);
       if (change.from == JobState::Pending) {
         rec.reason = std::string(sched::to_string(change.event));
         rec.detail = change.info.message;
@@ -1325,6 +1347,7 @@ void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited&
   bool ending = job->record.state == JobState::Ending || live_job(m.job) == nullptr;
   // A rank that ends after the job's outcome was decided ended because we killed it.
   it->state = ending ? model::RankState::Killed : model::RankState::Exited;
+  it->ended_at = rank_end_time(job->record, m.ended_at_ms, now_);
   if (m.signal != 0) {
     it->signal = m.signal;
   } else {

@@ -142,6 +142,7 @@ std::string ranks_to_json(const std::vector<RankRecord>& ranks) {
                    {"signal", optional_int(r.signal)},
                    {"gone", r.gone},
                    {"joined_at", r.joined_at ? json(to_millis(*r.joined_at)) : json(nullptr)},
+                   {"ended_at", r.ended_at ? json(to_millis(*r.ended_at)) : json(nullptr)},
                    {"warnings", r.warnings}});
   }
   return dump(doc);
@@ -174,6 +175,9 @@ Result<std::vector<RankRecord>> ranks_from_json(std::string_view text) {
       // Written since rendezvous check-ins were recorded; absent in older rows.
       if (r.contains("joined_at") && !r.at("joined_at").is_null()) {
         rank.joined_at = from_millis(r.at("joined_at").get<std::int64_t>());
+      }
+      if (r.contains("ended_at") && !r.at("ended_at").is_null()) {
+        rank.ended_at = from_millis(r.at("ended_at").get<std::int64_t>());
       }
       if (r.contains("warnings")) rank.warnings = r.at("warnings").get<std::vector<std::string>>();
       ranks.push_back(std::move(rank));

@@ -37,6 +37,9 @@ struct RankRecord {
   // When the rank checked in to its job's rendezvous (its agent saw rank 0 listening on
   // MASTER_PORT, any other rank connected to it); unset until then, and in nccl mode.
   std::optional<TimePoint> joined_at = std::nullopt;
+  // When it ended, as its agent dated it (clamped to the attempt's start and the moment
+  // the coordinator heard of it); unset until then, and for a rank lost with its node.
+  std::optional<TimePoint> ended_at = std::nullopt;
   // What the watch found wrong with it (a hang it stopped first in, a GPU it used that is
   // not its own), oldest first.
   std::vector<std::string> warnings = {};

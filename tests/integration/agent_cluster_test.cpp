@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "common/core/time.hpp"
 #include "common/model/job.hpp"
 #include "tests/support/cluster.hpp"
 #include "tests/support/eventually.hpp"
@@ -811,6 +812,8 @@ TEST_F(AgentClusterTest, AJobThatEndsWhileTheCoordinatorIsDownIsCompletedAndRanO
         10s))
         << line;
   }
+  // The ends are dated by the agents that saw them, before the coordinator came back.
+  const std::string restarted = format_time(SystemClock().now());
   ASSERT_TRUE(coord_.start());
   http_ = coord_.client(70s);
   for (model::JobId id : {with_retries, without}) {
@@ -818,6 +821,8 @@ TEST_F(AgentClusterTest, AJobThatEndsWhileTheCoordinatorIsDownIsCompletedAndRanO
     EXPECT_EQ(j["state"], "COMPLETED") << j.dump(2);
     EXPECT_EQ(j["attempt"], 0);
     EXPECT_EQ(j["exit_code"], 0);
+    ASSERT_TRUE(j["ended_at"].is_string()) << j.dump(2);
+    EXPECT_LT(j["ended_at"].get<std::string>(), restarted) << "dated when the coordinator heard of the end";
   }
   auto lines = [](const std::string& path) {
     std::ifstream in(path);

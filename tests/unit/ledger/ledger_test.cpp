@@ -138,6 +138,52 @@ TEST_F(LedgerTest, ACompletedJobHoldsItsGpusUntilEveryNodeConfirmsItsRanksGone) 
   EXPECT_FALSE(ledger_->scheduler().gpu_holder("a", 0).has_value());
 }
 
+// After an outage the ranks' ends reach the coordinator late: the job's end is the last of
+// them as the agents dated them, not the moment it heard (which accounting would follow).
+TEST_F(LedgerTest, AJobEndsWhenItsLastRankEndedAsItsAgentsDatedItNotWhenTheCoordinatorHeard) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = running_two_by_two();
+  const TimePoint started = now_;
+  now_ += std::chrono::hours(1);  // the reports were held back for an hour
+  for (int r = 0; r < 4; ++r) {
+    protocol::RankExited m{id, 0, r, 0, 0, "exited with code 0", false};
+    m.ended_at_ms = to_millis(started + std::chrono::minutes(10) + std::chrono::seconds(r));
+    say(r < 2 ? "a" : "b", m);
+  }
+  say("a", protocol::AttemptGone{id, 0});
+  say("b", protocol::AttemptGone{id, 0});
+  auto rec = *store_.job(id);
+  ASSERT_EQ(rec->state, JobState::Completed);
+  EXPECT_EQ(rec->ended_at, started + std::chrono::minutes(10) + std::chrono::seconds(3));
+  EXPECT_EQ(rec->ranks[1].ended_at, started + std::chrono::minutes(10) + std::chrono::seconds(1));
+}
+
+TEST_F(LedgerTest, ARankEndDatedOutsideItsRunIsClampedAndAnUndatedOneIsDatedWhenHeard) {
+  join("a", hello("a", 2));
+  join("b", hello("b", 2));
+  model::JobId id = running_two_by_two();
+  const TimePoint started = now_;
+  now_ += std::chrono::minutes(5);
+  auto exited = [&](int r, std::int64_t at_ms) {
+    protocol::RankExited m{id, 0, r, 0, 0, "exited with code 0", false};
+    m.ended_at_ms = at_ms;
+    say(r < 2 ? "a" : "b", m);
+  };
+  exited(0, to_millis(started - std::chrono::hours(2)));  // a node clock behind
+  exited(1, to_millis(now_ + std::chrono::hours(2)));     // a node clock ahead
+  exited(2, 0);                                           // an older agent: no date
+  exited(3, to_millis(started + std::chrono::minutes(1)));
+  auto ranks = (*store_.job(id))->ranks;
+  EXPECT_EQ(ranks[0].ended_at, started);
+  EXPECT_EQ(ranks[1].ended_at, now_);
+  EXPECT_EQ(ranks[2].ended_at, now_);
+  EXPECT_EQ(ranks[3].ended_at, started + std::chrono::minutes(1));
+  say("a", protocol::AttemptGone{id, 0});
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_EQ((*store_.job(id))->ended_at, now_);
+}
+
 // How many UpdateJob of `id` a list of changes holds, and the last one's record.
 std::pair<int, std::optional<store::JobRecord>> updates_of(const std::vector<store::Change>& changes,
                                                            model::JobId id) {
