@@ -196,7 +196,9 @@ std::string format_history(const std::vector<JobInfo>& jobs, TimePoint now) {
 }
 
 std::string format_usage(const UsageInfo& usage) {
-  std::string out = "GPU-hours from " + clean(usage.since) + " to " + clean(usage.until) + "\n";
+  // Where usage is private the total is the caller's, not the cluster's: say so.
+  std::string out = std::string(usage.own_only ? "GPU-hours of your own jobs" : "GPU-hours") + " from " +
+                    clean(usage.since) + " to " + clean(usage.until) + "\n";
   std::string key = usage.by;
   for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   Table t({key, "GPU_HOURS", "JOBS"});

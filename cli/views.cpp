@@ -406,6 +406,7 @@ Result<UsageInfo> parse_usage(std::string_view json) {
     u.until = text(r, "until");
     u.by = text(r, "by");
     u.total_gpu_hours = opt_number(r, "total_gpu_hours").value_or(0);
+    u.own_only = r.boolean("own_only", false);
     if (const Json* rows = r.array("rows", kMaxItems)) {
       for (std::size_t i = 0; i < rows->size() && r.ok(); ++i) {
         JsonReader e((*rows)[i], r.item_path("rows", i));

@@ -165,6 +165,7 @@ struct UsageInfo {
   };
   std::vector<Row> rows;
   double total_gpu_hours = 0;
+  bool own_only = false;  // the coordinator keeps usage private: the caller's jobs alone
 };
 [[nodiscard]] Result<UsageInfo> parse_usage(std::string_view json);
 

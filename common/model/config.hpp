@@ -11,6 +11,16 @@
 
 namespace corral::model {
 
+// Slurm's PrivateData: each item set limits that data to its owner and admins
+// (docs/operations.md, "Private data"). None set: everyone with a token sees everything.
+struct PrivateData {
+  bool history = false;  // GET /v1/history
+  bool usage = false;    // GET /v1/usage, and per-user metrics
+  bool jobs = false;     // job lists, a job's details, the status page's queue and grid, per-user metrics
+
+  bool any() const { return history || usage || jobs; }
+};
+
 struct CoordinatorConfig {
   std::string listen_host = "0.0.0.0";
   int listen_port = 7433;                      // 0: any free port
@@ -29,6 +39,7 @@ struct CoordinatorConfig {
   std::size_t max_connections_per_address = 64;
   std::size_t max_request_bytes = 1024 * 1024;
   bool public_status = true;                   // status page and /metrics without a token
+  PrivateData private_data;
 
   std::string database_path() const { return database.empty() ? state_dir + "/corral.db" : database; }
 };

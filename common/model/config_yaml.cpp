@@ -40,6 +40,23 @@ std::string parse_ports(const std::string& v, PortRange& out) {
   return "";
 }
 
+std::string parse_private_data(const std::vector<std::string>& items, PrivateData& out) {
+  PrivateData p;
+  for (const auto& item : items) {
+    if (item == "history") {
+      p.history = true;
+    } else if (item == "usage") {
+      p.usage = true;
+    } else if (item == "jobs") {
+      p.jobs = true;
+    } else {
+      return "unknown item " + quote_for_message(item) + "; use history, usage or jobs";
+    }
+  }
+  out = p;
+  return "";
+}
+
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorCode::NotFound, "cannot read " + path);
@@ -72,6 +89,7 @@ Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::s
   f.key("max_connections_per_address", int_into(c.max_connections_per_address, 1, 100000));
   f.key("max_request_bytes", int_into(c.max_request_bytes, 1024, 64LL * 1024 * 1024));
   f.key("public_status", bool_into(c.public_status));
+  f.list_key("private_data", [&c](const std::vector<std::string>& items) { return parse_private_data(items, c.private_data); });
   if (auto r = f.parse(yaml); !r) return std::unexpected(r.error());
   if (c.node_timeout <= c.heartbeat_interval) {
     return make_error(ErrorCode::InvalidArgument,

@@ -23,6 +23,11 @@ void FlatConfig::key(std::string name, Handler handler) {
   handlers_.emplace(std::move(name), std::move(handler));
 }
 
+void FlatConfig::list_key(std::string name, ListHandler handler) {
+  names_.push_back(name);
+  list_handlers_.emplace(std::move(name), std::move(handler));
+}
+
 Result<void> FlatConfig::parse(std::string_view text) {
   if (text.size() > max_bytes_) {
     return make_error(ErrorCode::InvalidArgument, file_ + ": file is " + std::to_string(text.size()) +
@@ -57,7 +62,8 @@ Result<void> FlatConfig::parse(std::string_view text) {
         }
         const std::string name = key.Scalar();
         auto handler = handlers_.find(name);
-        if (handler == handlers_.end()) {
+        auto list_handler = list_handlers_.find(name);
+        if (handler == handlers_.end() && list_handler == list_handlers_.end()) {
           std::string message = where + quote_for_message(name) + ": unknown setting";
           if (auto near = closest_match(name, known)) message += "; did you mean \"" + std::string(*near) + "\"?";
           problems.push_back(message);
@@ -69,6 +75,26 @@ Result<void> FlatConfig::parse(std::string_view text) {
         }
         // An empty value is marked where the next token starts: point at its key instead.
         const std::string value_where = at(file_, value.IsNull() ? key.Mark() : value.Mark());
+        if (list_handler != list_handlers_.end()) {
+          std::vector<std::string> items;
+          std::string problem;
+          if (value.IsSequence()) {
+            for (const auto& item : value) {
+              if (!item.IsScalar()) {
+                problem = at(file_, item.Mark()) + name + ": each item must be a single value";
+                break;
+              }
+              items.push_back(item.Scalar());
+            }
+          } else if (!value.IsNull()) {
+            problem = value_where + name + ": must be a list, like [a, b]";
+          }
+          if (problem.empty()) {
+            if (std::string p = list_handler->second(items); !p.empty()) problem = value_where + name + ": " + p;
+          }
+          if (!problem.empty()) problems.push_back(problem);
+          continue;
+        }
         if (!value.IsScalar() && !value.IsNull()) {
           problems.push_back(value_where + name + ": must be a single value");
           continue;

@@ -3,7 +3,8 @@
 // agent's and the client's): a map of plain keys to single values, a handler per key.
 // Every problem is collected and named with file:line:col and the key: an unknown key
 // (with the likely one it misspells), a key set twice, a list or map where a value
-// belongs, what a handler refuses, a required key missing.
+// belongs (or a value where a list belongs), what a handler refuses, a required key
+// missing.
 
 #include <functional>
 #include <map>
@@ -24,6 +25,10 @@ class FlatConfig {
   explicit FlatConfig(std::string_view file, std::size_t max_bytes = 256 * 1024) : file_(file), max_bytes_(max_bytes) {}
 
   void key(std::string name, Handler handler);
+  // A key whose value is a list of single values ([a, b] or one "- a" per line; no
+  // value at all is an empty list). The handler gets every item.
+  using ListHandler = std::function<std::string(const std::vector<std::string>& items)>;
+  void list_key(std::string name, ListHandler handler);
   void require(std::string name) { required_.push_back(std::move(name)); }
   // An empty file (or one of comments only) is taken as all defaults.
   void allow_empty() { allow_empty_ = true; }
@@ -36,6 +41,7 @@ class FlatConfig {
   bool allow_empty_ = false;
   std::vector<std::string> names_;
   std::map<std::string, Handler> handlers_;
+  std::map<std::string, ListHandler> list_handlers_;
   std::vector<std::string> required_;
 };
 

@@ -163,18 +163,17 @@ void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
     // The page holds no data: it loads without a token, and asks for one where needed.
     if (request.path == "/" || request.path == "/status.js") return respond(status_page(request.path));
     if (request.path == "/metrics" || request.path == "/v1/status" || request.path == "/v1/status/events") {
-      std::string token_hash;
-      if (!config_.public_status) {
-        auto caller = authenticate(request);
-        if (!caller) {
-          int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
-          return respond(error_response(status, caller.error().message()));
-        }
-        token_hash = std::move(caller->token_hash);
+      auto caller = status_reader(request);
+      if (!caller) {
+        int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
+        return respond(error_response(status, caller.error().message()));
       }
-      if (request.path == "/metrics") return respond(metrics());
-      if (request.path == "/v1/status") return respond(status(request));
-      return respond(status_events(std::move(token_hash)));
+      const Caller* who = *caller ? &**caller : nullptr;
+      if (request.path == "/metrics") return respond(metrics(who));
+      if (request.path == "/v1/status") return respond(status(request, who));
+      // Only a private page's stream ends with its token; the feed says no more than
+      // that something changed, so a public one is anyone's.
+      return respond(status_events(!config_.public_status && who ? who->token_hash : std::string()));
     }
   }
   if (request.path.rfind("/v1/", 0) != 0) return respond(error_response(404, "no such endpoint: " + request.path));
@@ -189,6 +188,22 @@ void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
                                            "); nothing was changed: try again once it can"));
   }
   route(request, *caller, std::move(respond));
+}
+
+Result<std::optional<Coordinator::Caller>> Coordinator::status_reader(const net::HttpRequest& request) {
+  // A public page ignores a token unless private data makes who asks matter: then a token
+  // given must be good (a stale one would otherwise hide the caller's own jobs unseen).
+  if (config_.public_status && (!config_.private_data.any() || request.header_count("authorization") == 0)) {
+    return std::optional<Caller>();
+  }
+  auto caller = authenticate(request);
+  if (!caller) return std::unexpected(caller.error());
+  return std::optional<Caller>(std::move(*caller));
+}
+
+bool Coordinator::job_hidden_from(const std::string& owner, const Caller* caller) const {
+  if (!config_.private_data.jobs) return false;
+  return caller == nullptr || (!caller->admin && caller->user != owner);
 }
 
 void Coordinator::route(const net::HttpRequest& request, const Caller& caller, Respond respond) {
@@ -210,7 +225,7 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     auto id = resolve_job_ref(parts[2]);
     if (!id) return respond(error_response(id.error().code() == ErrorCode::NotFound ? 404 : 400, id.error().message()));
     if (parts.size() == 3 && m == "GET") {
-      if (request.query.contains("wait")) return wait_job(*id, request, std::move(respond));
+      if (request.query.contains("wait")) return wait_job(*id, request, caller, std::move(respond));
       return respond(show_job(*id, &caller));
     }
     if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") {
@@ -221,8 +236,8 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return job_logs(*id, request, caller, std::move(respond));
     if (parts.size() == 4 && parts[3] == "stack" && m == "GET") return job_stack(*id, request, caller, std::move(respond));
   }
-  if (parts.size() == 2 && parts[1] == "history" && m == "GET") return history(request, std::move(respond));
-  if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return usage(request, std::move(respond));
+  if (parts.size() == 2 && parts[1] == "history" && m == "GET") return history(request, caller, std::move(respond));
+  if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return usage(request, caller, std::move(respond));
   if (parts.size() >= 2 && parts[1] == "nodes") {
     if (parts.size() == 2 && m == "GET") return respond(list_nodes(request));
     if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
@@ -351,6 +366,11 @@ net::HttpResponse Coordinator::list_jobs(const net::HttpRequest& request, const 
   auto filter = parse_job_filter(split(query("user"), ','), split(query("state"), ','));
   if (!filter) return error_response(400, filter.error().message());
   if (!query("me").empty() && query("me") != "0") filter->users.insert(caller.user);
+  // Private jobs: a user's list holds their own jobs, whatever users it names.
+  if (config_.private_data.jobs && !caller.admin) {
+    if (!filter->users.empty() && !filter->users.contains(caller.user)) return std::move(JsonArrayWriter()).response();
+    filter->users = {caller.user};
+  }
   // Without all=1 only live jobs, unless the states asked for include ended ones.
   bool all = (!query("all").empty() && query("all") != "0") ||
              (!filter->states.empty() && !filter->live_only());
@@ -435,7 +455,7 @@ void Coordinator::read_ended(std::function<net::HttpResponse(store::Store&)> rea
                      });
 }
 
-void Coordinator::history(const net::HttpRequest& request, Respond respond) {
+void Coordinator::history(const net::HttpRequest& request, const Caller& caller, Respond respond) {
   constexpr std::size_t kMaxLimit = 100000;
   auto range = time_range(request);
   if (!range) return respond(error_response(400, range.error().message()));
@@ -452,6 +472,12 @@ void Coordinator::history(const net::HttpRequest& request, Respond respond) {
       return respond(error_response(400, "limit: must be a number of jobs from 1 to " + std::to_string(kMaxLimit)));
     }
     limit = *n;
+  }
+  // Private history: a user's own ended jobs, whatever users the request names (another
+  // user's are none, as sacct shows them under PrivateData).
+  if (config_.private_data.history && !caller.admin) {
+    if (!filter->users.empty() && !filter->users.contains(caller.user)) return respond(std::move(JsonArrayWriter()).response());
+    filter->users = {caller.user};
   }
   store::EndedQuery q{range->since, range->until, limit};
   q.users.assign(filter->users.begin(), filter->users.end());
@@ -474,7 +500,7 @@ void Coordinator::history(const net::HttpRequest& request, Respond respond) {
       std::move(respond));
 }
 
-void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
+void Coordinator::usage(const net::HttpRequest& request, const Caller& caller, Respond respond) {
   auto range = time_range(request);
   if (!range) return respond(error_response(400, range.error().message()));
   std::string by = "user";
@@ -494,6 +520,9 @@ void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
     double gpu_hours = 0;
     std::int64_t jobs = 0;
   };
+  // Private usage: a user's own jobs only, whichever way they are summed.
+  const std::optional<std::string> only =
+      config_.private_data.usage && !caller.admin ? std::optional<std::string>(caller.user) : std::nullopt;
   std::map<std::string, Row> running;
   if (!range->until || *range->until > now) {
     auto product = [&](const std::string& node, int gpu) -> std::string {
@@ -507,6 +536,7 @@ void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
     for (const auto& [id, job] : ledger_.live_jobs()) {
       const auto& rec = job.record;
       if (!model::holds_resources(rec.state) || !rec.allocation || !rec.started_at) continue;
+      if (only && rec.user != *only) continue;
       const TimePoint from = std::max(*rec.started_at, range->since);
       if (now <= from) continue;
       const double hours = static_cast<double>((now - from).count()) / kMsPerHour;
@@ -524,8 +554,9 @@ void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
     }
   }
   store::EndedQuery q{range->since, until, 0};
+  if (only) q.users = {*only};
   read_ended(
-      [q, key, by, since = range->since, until, rows = std::move(running)](store::Store& store) mutable {
+      [q, key, by, since = range->since, until, own_only = only.has_value(), rows = std::move(running)](store::Store& store) mutable {
         auto ended = store.gpu_usage(q, key);
         if (!ended) return error_response(503, ended.error().message());
         for (const auto& r : *ended) {
@@ -548,12 +579,13 @@ void Coordinator::usage(const net::HttpRequest& request, Respond respond) {
                                        {"until", format_time(until)},
                                        {"by", by},
                                        {"total_gpu_hours", total},
+                                       {"own_only", own_only},
                                        {"rows", list}});
       },
       std::move(respond));
 }
 
-void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request,
+void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request, const Caller& caller,
                            std::function<void(net::HttpResponse)> respond) {
   constexpr int kMaxWaitSeconds = 60;
   const std::string& text = request.query.at("wait");
@@ -564,8 +596,10 @@ void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request,
   if (seconds < 0 || seconds > kMaxWaitSeconds) {
     return respond(error_response(400, "wait must be a whole number of seconds from 0 to " + std::to_string(kMaxWaitSeconds)));
   }
-  // Ended (or unknown) jobs answer at once; so does a live job asked not to wait.
-  if (ledger_.live_job(id) == nullptr || seconds == 0) return respond(show_job(id));
+  // Ended (or unknown) jobs answer at once; so does a live job asked not to wait, and one
+  // private from the caller (as one that does not exist).
+  const Job* live = ledger_.live_job(id);
+  if (live == nullptr || seconds == 0 || job_hidden_from(live->record.user, &caller)) return respond(show_job(id, &caller));
   job_waits_.emplace(id, JobWait{std::move(respond), clock_.now() + std::chrono::seconds(seconds)});
 }
 
@@ -585,20 +619,27 @@ net::HttpResponse Coordinator::show_job(model::JobId id, const Caller* caller) {
     if (caller != nullptr && !refuse_other_users_job(rec, *caller)) j["spec"] = rec.spec_yaml;
     return json_response(200, j);
   };
+  // A null caller is a parked wait, whose caller was checked when it was parked.
+  auto hidden = [&](const store::JobRecord& rec) { return caller != nullptr && job_hidden_from(rec.user, caller); };
   if (const Job* j = ledger_.any_job(id)) {
+    if (hidden(j->record)) return error_response(404, "no job " + std::to_string(id));
     return with_spec(job_json(view_of(j->record, &j->spec, ledger_.scheduler().job(id)), &*events), j->record);
   }
   auto rec = store_.job(id);
   if (!rec) return error_response(503, rec.error().message());
-  if (!*rec) return error_response(404, "no job " + std::to_string(id));
+  if (!*rec || hidden(**rec)) return error_response(404, "no job " + std::to_string(id));
   auto spec = model::parse_job_spec((*rec)->spec_yaml, "job");
   return with_spec(job_json(view_of(**rec, spec ? &*spec : nullptr, nullptr), &*events), **rec);
 }
 
 Result<const Coordinator::Job*> Coordinator::cancel_one(model::JobId id, const Caller& caller) {
-  if (ledger_.live_job(id) == nullptr) {
+  const Job* live = ledger_.live_job(id);
+  if (live != nullptr && job_hidden_from(live->record.user, &caller)) {
+    return make_error(ErrorCode::NotFound, "no job " + std::to_string(id));
+  }
+  if (live == nullptr) {
     auto rec = store_.job(id);
-    if (rec && *rec) {
+    if (rec && *rec && !job_hidden_from((*rec)->user, &caller)) {
       return make_error(ErrorCode::Conflict,
                         "job " + std::to_string(id) + " already ended " + std::string(model::to_string((*rec)->state)));
     }
@@ -774,8 +815,10 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
   send(it->node, protocol::LogRequest{request_id, id, rec.attempt, it->rank, *offset, std::min<std::uint64_t>(*max, 4 << 20)});
 }
 
-std::optional<net::HttpResponse> Coordinator::refuse_other_users_job(const store::JobRecord& rec, const Caller& caller) {
+std::optional<net::HttpResponse> Coordinator::refuse_other_users_job(const store::JobRecord& rec,
+                                                                    const Caller& caller) const {
   if (rec.user == caller.user || caller.admin) return std::nullopt;
+  if (job_hidden_from(rec.user, &caller)) return error_response(404, "no job " + std::to_string(rec.id));
   return error_response(403, "job " + std::to_string(rec.id) + " belongs to " + rec.user);
 }
 
@@ -784,7 +827,7 @@ void Coordinator::job_stack(model::JobId id, const net::HttpRequest& request, co
   if (job == nullptr) {
     auto rec = store_.job(id);
     if (!rec) return respond(error_response(503, rec.error().message()));
-    if (!*rec) return respond(error_response(404, "no job " + std::to_string(id)));
+    if (!*rec || job_hidden_from((*rec)->user, &caller)) return respond(error_response(404, "no job " + std::to_string(id)));
     return respond(error_response(409, "job " + std::to_string(id) + " has ended: no rank is left to look at"));
   }
   const store::JobRecord& rec = job->record;
@@ -929,7 +972,10 @@ std::string labels(std::initializer_list<std::pair<std::string_view, std::string
 
 }  // namespace
 
-net::HttpResponse Coordinator::metrics() {
+net::HttpResponse Coordinator::metrics(const Caller* caller) {
+  // Who ran what is private data where jobs or usage are: only an admin's scrape (a token
+  // on /metrics) gets the per-user series; everyone else gets the totals.
+  const bool per_user = !(config_.private_data.jobs || config_.private_data.usage) || (caller != nullptr && caller->admin);
   std::string out;
   auto family = [&out](const char* name, const char* type, const char* help) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
@@ -969,10 +1015,19 @@ net::HttpResponse Coordinator::metrics() {
   }
   family("corral_jobs_submitted_total", "counter", "Jobs accepted since the coordinator started.");
   line("corral_jobs_submitted_total", "", static_cast<double>(ledger_.stats().submitted));
-  family("corral_jobs_ended_total", "counter", "Jobs ended since the coordinator started, by end state and user.");
-  for (const auto& [key, n] : ledger_.stats().ended_by_user) {
-    line("corral_jobs_ended_total", labels({{"state", model::to_string(key.first)}, {"user", key.second}}),
-         static_cast<double>(n));
+  if (per_user) {
+    family("corral_jobs_ended_total", "counter", "Jobs ended since the coordinator started, by end state and user.");
+    for (const auto& [key, n] : ledger_.stats().ended_by_user) {
+      line("corral_jobs_ended_total", labels({{"state", model::to_string(key.first)}, {"user", key.second}}),
+           static_cast<double>(n));
+    }
+  } else {
+    family("corral_jobs_ended_total", "counter", "Jobs ended since the coordinator started, by end state.");
+    std::map<JobState, std::uint64_t> by_end;
+    for (const auto& [key, n] : ledger_.stats().ended_by_user) by_end[key.first] += n;
+    for (const auto& [state, n] : by_end) {
+      line("corral_jobs_ended_total", labels({{"state", model::to_string(state)}}), static_cast<double>(n));
+    }
   }
   family("corral_job_queue_wait_seconds", "histogram", "From submission to first start, by the GPU class it got.");
   for (const auto& [cls, h] : ledger_.stats().queue_wait_by_class) {
@@ -1017,8 +1072,10 @@ net::HttpResponse Coordinator::metrics() {
       }
     }
   }
-  family("corral_gpus_allocated_by_user", "gauge", "GPUs held by each user's jobs.");
-  for (const auto& [user, n] : by_user) line("corral_gpus_allocated_by_user", labels({{"user", user}}), n);
+  if (per_user) {
+    family("corral_gpus_allocated_by_user", "gauge", "GPUs held by each user's jobs.");
+    for (const auto& [user, n] : by_user) line("corral_gpus_allocated_by_user", labels({{"user", user}}), n);
+  }
 
   family("corral_scheduler_passes_total", "counter", "Scheduling passes run.");
   line("corral_scheduler_passes_total", "", static_cast<double>(stats_.passes));

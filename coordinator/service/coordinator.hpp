@@ -139,7 +139,8 @@ class Coordinator final : public net::ServerHandler {
   void after_commit(net::HttpResponse response, Respond respond);
   // GET /v1/jobs[?all=1][&user=a,b][&state=S,...][&me=1]
   net::HttpResponse list_jobs(const net::HttpRequest& request, const Caller& caller);
-  // With a caller who owns the job (or an admin), its spec's text too.
+  // With a caller who owns the job (or an admin), its spec's text too; a job private
+  // from the caller (private_data: jobs) is 404, as one that does not exist.
   net::HttpResponse show_job(model::JobId id, const Caller* caller = nullptr);
   struct TimeRange {
     TimePoint since{};
@@ -148,16 +149,16 @@ class Coordinator final : public net::ServerHandler {
   // `since` (default: a day ago) and `until` of a history or usage request.
   Result<TimeRange> time_range(const net::HttpRequest& request);
   // GET /v1/history: ended jobs from the database, like sacct.
-  void history(const net::HttpRequest& request, Respond respond);
+  void history(const net::HttpRequest& request, const Caller& caller, Respond respond);
   // GET /v1/usage: GPU-hours by user, node or GPU class.
-  void usage(const net::HttpRequest& request, Respond respond);
+  void usage(const net::HttpRequest& request, const Caller& caller, Respond respond);
   // Runs `read` on the history reader's thread (or on the loop against the store, without
   // a reader) and answers with what it returns. `read` may use only what it captured by
   // value and the store it is given.
   void read_ended(std::function<net::HttpResponse(store::Store&)> read, Respond respond);
   // GET /v1/jobs/ID?wait=S: answers when the job ends (after that is durable) or S
   // seconds have passed, whichever is first; the caller then sees the state either way.
-  void wait_job(model::JobId id, const net::HttpRequest& request, Respond respond);
+  void wait_job(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond);
   void answer_job_waits(model::JobId id);
   // whole_array: an array's id (its first element) cancels every live element.
   net::HttpResponse cancel_job(model::JobId id, const Caller& caller, bool whole_array);
@@ -170,19 +171,27 @@ class Coordinator final : public net::ServerHandler {
   // GET /v1/jobs/ID/stack[?rank=R]: every running rank's stack report, from its agent.
   void job_stack(model::JobId id, const net::HttpRequest& request, const Caller& caller, Respond respond);
   void answer_stack(StackWait wait);
-  // 403 unless the caller owns the job or is an admin.
-  static std::optional<net::HttpResponse> refuse_other_users_job(const store::JobRecord& rec, const Caller& caller);
+  // 403 unless the caller owns the job or is an admin; 404 where jobs are private.
+  std::optional<net::HttpResponse> refuse_other_users_job(const store::JobRecord& rec, const Caller& caller) const;
+  // private_data: jobs, and the job is neither the caller's nor the caller an admin's
+  // (a null caller: an anonymous status page, which sees no job).
+  bool job_hidden_from(const std::string& owner, const Caller* caller) const;
   net::HttpResponse list_nodes(const net::HttpRequest& request);
   net::HttpResponse drain_node(const std::string& name, const net::HttpRequest& request, bool drain);
   // An admin says the node's unconfirmed ranks are dead (the node will not come back).
   net::HttpResponse clear_node(const std::string& name, const Caller& caller);
-  net::HttpResponse metrics();
+  // Per-user series only where no private_data item hides them, or for an admin.
+  net::HttpResponse metrics(const Caller* caller);
+  // Who reads /metrics or /v1/status: nobody (nullopt) on a public page without a
+  // token; one given there is checked only where private_data makes it matter.
+  Result<std::optional<Caller>> status_reader(const net::HttpRequest& request);
 
   // ---- the status page (status.cpp)
   // "/" and "/status.js": the page itself, public (it holds no data).
   net::HttpResponse status_page(std::string_view path);
-  // GET /v1/status[?offset=N&limit=N]: the strip, the grid and a page of the queue.
-  net::HttpResponse status(const net::HttpRequest& request);
+  // GET /v1/status[?offset=N&limit=N]: the strip, the grid and a page of the queue; with
+  // private jobs, only the caller's jobs are named (none for a null caller).
+  net::HttpResponse status(const net::HttpRequest& request, const Caller* caller);
   // GET /v1/status/events: an event each time the status changed (coalesced), and a
   // comment line every kStatusPing so both ends see a dead link.
   // token_hash: the token that opened it on a private page ("" on a public one); the
@@ -266,6 +275,7 @@ class Coordinator final : public net::ServerHandler {
   struct StatusAnswer {
     std::uint64_t seq = 0;
     std::size_t offset = 0, limit = 0;
+    std::string viewer;  // whose jobs it names: "*" every one's, else "u:" and a user, "-" none
     TimePoint built{};
     std::string body;
   };

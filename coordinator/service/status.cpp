@@ -49,7 +49,7 @@ net::HttpResponse Coordinator::status_page(std::string_view path) {
   return res;
 }
 
-net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
+net::HttpResponse Coordinator::status(const net::HttpRequest& request, const Caller* caller) {
   constexpr std::size_t kMaxRows = 1000;
   auto number = [&](const char* key, std::size_t dflt, std::size_t lo, std::size_t hi) -> std::optional<std::size_t> {
     auto it = request.query.find(key);
@@ -68,8 +68,14 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
 
   const TimePoint now = clock_.now();
   const std::vector<std::pair<std::string, std::string>> no_store = {{"Cache-Control", "no-store"}};
+  // Private jobs: the page names the caller's jobs only (an admin's, every one; an
+  // anonymous page's, none); the counts in the strip and the GPUs held stay the cluster's.
+  const bool everyone = !config_.private_data.jobs || (caller != nullptr && caller->admin);
+  const std::string viewer = everyone ? "*" : caller != nullptr ? "u:" + caller->user : "-";
+  auto shown = [&](const store::JobRecord& r) { return everyone || (caller != nullptr && r.user == caller->user); };
   if (!status_answer_.body.empty() && status_answer_.seq == status_seq_ && status_answer_.offset == *offset &&
-      status_answer_.limit == *limit && now - status_answer_.built < kStatusReuse && now >= status_answer_.built) {
+      status_answer_.limit == *limit && status_answer_.viewer == viewer && now - status_answer_.built < kStatusReuse &&
+      now >= status_answer_.built) {
     return {200, "application/json", status_answer_.body, no_store};
   }
   const auto& sched = ledger_.scheduler();
@@ -80,6 +86,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
   out["public"] = config_.public_status;
   // The page says so in a banner: what is shown may be ahead of what is on disk.
   out["store_error"] = committer_.failing() ? committer_.failing()->message() : "";
+  out["private_jobs"] = config_.private_data.jobs;
 
   // The cluster strip: GPUs by class (product and memory) and state; nodes by state.
   struct ClassCount {
@@ -104,10 +111,13 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
     for (const auto& g : n->gpus) {
       auto& c = classes[{g.cls.product, g.cls.memory_mib}];
       ++c.total;
-      auto holder = sched.gpu_holder(n->name, g.index);
+      const auto holder = sched.gpu_holder(n->name, g.index);
+      Json job = nullptr;  // stays null for a GPU held by a job this caller may not see
       if (holder) {
         ++c.allocated;
-        holders.insert(*holder);
+        const Job* j = ledger_.any_job(*holder);
+        if (j != nullptr && shown(j->record)) holders.insert(*holder);
+        if (everyone || (j != nullptr && shown(j->record))) job = *holder;
       } else if (n->state == model::NodeState::Down) {
         ++c.down;
       } else if (n->state == model::NodeState::Drained) {
@@ -115,7 +125,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
       } else {
         ++c.free;
       }
-      gpus.push_back(Json{{"index", g.index}, {"job", holder ? Json(*holder) : Json(nullptr)}});
+      gpus.push_back(Json{{"index", g.index}, {"held", holder.has_value()}, {"job", std::move(job)}});
     }
     nodes.push_back(Json{{"name", n->name},
                          {"state", state},
@@ -141,7 +151,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
   live.reserve(ledger_.live_jobs().size());
   std::map<std::string, int> by_state;
   for (const auto& [id, job] : ledger_.live_jobs()) {
-    live.push_back(&job);
+    if (shown(job.record)) live.push_back(&job);
     ++by_state[std::string(model::to_string(job.record.state))];
   }
   std::sort(live.begin(), live.end(), [](const Job* a, const Job* b) {
@@ -207,7 +217,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request) {
                                     {"started_at", time_json(r.started_at)}};
   }
   out["holders"] = held;
-  status_answer_ = {status_seq_, *offset, *limit, now, out.dump(-1, ' ', false, Json::error_handler_t::replace)};
+  status_answer_ = {status_seq_, *offset, *limit, viewer, now, out.dump(-1, ' ', false, Json::error_handler_t::replace)};
   return {200, "application/json", status_answer_.body, no_store};
 }
 

@@ -189,6 +189,7 @@ Result<std::vector<UsageRow>> MemoryStore::gpu_usage(const EndedQuery& query, Us
   for (const auto& [id, job] : jobs_) {
     if (!model::is_terminal(job.state) || !job.ended_at || !job.started_at || !job.allocation) continue;
     if (*job.ended_at < query.since || *job.ended_at >= *query.until) continue;
+    if (!query.users.empty() && std::find(query.users.begin(), query.users.end(), job.user) == query.users.end()) continue;
     const std::int64_t ms = to_millis(std::min(*job.ended_at, *query.until)) - to_millis(std::max(*job.started_at, query.since));
     if (ms <= 0) continue;
     for (const auto& na : job.allocation->nodes) {

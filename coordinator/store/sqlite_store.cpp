@@ -537,10 +537,14 @@ Result<std::vector<UsageRow>> SqliteStore::gpu_usage(const EndedQuery& query, Us
   // One row per GPU of each allocation (json_each twice), its time clipped to the range;
   // a GPU's product comes from its node's stored inventory. Summed in SQLite: what
   // crosses into C++ is one row per key.
+  // The query's users, if any, are bound as ?3 onwards.
+  std::string users;
+  for (std::size_t i = 0; i < query.users.size(); ++i) users += (i == 0 ? "?" : ", ?") + std::to_string(3 + i);
   const std::string base =
       "WITH j AS (SELECT id, user, allocation, MAX(started_at, ?1) AS f, MIN(ended_at, ?2) AS t FROM jobs "
       "  WHERE ended_at IS NOT NULL AND ended_at >= ?1 AND ended_at < ?2 AND started_at IS NOT NULL "
-      "  AND allocation IS NOT NULL AND state NOT IN (" + active_states_sql() + ")), "
+      "  AND allocation IS NOT NULL AND state NOT IN (" + active_states_sql() + ")" +
+      (users.empty() ? std::string() : " AND user IN (" + users + ")") + "), "
       "g AS (SELECT j.id AS id, j.user AS user, json_extract(n.value, '$.node') AS node, "
       "  CAST(x.value AS INTEGER) AS gpu, j.t - j.f AS ms "
       "  FROM j, json_each(j.allocation, '$.nodes') AS n, json_each(n.value, '$.gpus') AS x WHERE j.t > j.f), "
@@ -554,6 +558,8 @@ Result<std::vector<UsageRow>> SqliteStore::gpu_usage(const EndedQuery& query, Us
   if (!stmt) return std::unexpected(stmt.error());
   (*stmt)->bind(1, to_millis(query.since));
   (*stmt)->bind(2, to_millis(*query.until));
+  int at = 3;
+  for (const auto& u : query.users) (*stmt)->bind(at++, u);
   std::vector<UsageRow> rows;
   while (true) {
     auto row = (*stmt)->step();

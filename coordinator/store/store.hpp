@@ -209,7 +209,8 @@ class Store {
   // Ended jobs (terminal states) by end time, then id, the first `limit`; each without
   // its spec, ranks, fences and submission, which a history does not show.
   virtual Result<std::vector<JobRecord>> ended_jobs(const EndedQuery& query) = 0;
-  // The GPU time of the ended jobs of `query` (its limit ignored) that falls within
+  // The GPU time of the ended jobs of `query` (its users too; its limit and states
+  // ignored) that falls within
   // [since, until) (until required), each GPU of the allocation counted from the job's
   // start to its end; ordered by key.
   virtual Result<std::vector<UsageRow>> gpu_usage(const EndedQuery& query, UsageKey by) = 0;

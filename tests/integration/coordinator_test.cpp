@@ -1024,5 +1024,196 @@ TEST(CoordinatorFullDiskTest, AFullDiskRefusesWritesKeepsServingAndRecoversByIts
   }
 }
 
+// Two users' jobs on one two-GPU node: the admin ("tester") and bob each run one job (a
+// GPU apiece) and have one that ended (cancelled while it waited).
+class PrivateDataTest : public ::testing::Test {
+ protected:
+  void start(const std::string& settings) {
+    coord_ = std::make_unique<CoordinatorProcess>(dir_, settings);
+    ASSERT_TRUE(coord_->init_ok());
+    ASSERT_TRUE(coord_->start());
+    std::string certs = coord_->agent_cert("gpu-a");
+    ASSERT_FALSE(certs.empty());
+    bob_ = coord_->add_user("bob");
+    ASSERT_EQ(bob_.size(), 64u);
+    admin_ = coord_->token();
+    http_ = coord_->client();
+    agent_ = std::make_unique<ScriptedAgent>(coord_->url(), certs, hello_for("gpu-a", "10.0.0.1", 2));
+    ASSERT_TRUE(agent_->connect());
+    ASSERT_NO_FATAL_FAILURE(run_one(admin_, admins_running_));
+    ASSERT_NO_FATAL_FAILURE(run_one(bob_, bobs_running_));
+    ASSERT_NO_FATAL_FAILURE(end_one(admin_, admins_ended_));
+    ASSERT_NO_FATAL_FAILURE(end_one(bob_, bobs_ended_));
+  }
+
+  void TearDown() override {
+    if (HasFailure() && coord_) {
+      for (const auto& line : coord_->process().lines()) std::cerr << "coordinator: " << line << "\n";
+    }
+  }
+
+  // token "": no Authorization header.
+  net::HttpResponse call(const std::string& token, const std::string& method, const std::string& target,
+                         const std::string& body = "") {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!token.empty()) headers.emplace_back("Authorization", "Bearer " + token);
+    auto r = http_->request(method, target, body, headers);
+    EXPECT_TRUE(r.has_value()) << r.error().message();
+    return r ? *r : net::HttpResponse{0, "", "", {}};
+  }
+  Json get(const std::string& token, const std::string& target) {
+    auto r = call(token, "GET", target);
+    EXPECT_EQ(r.status, 200) << target << ": " << r.body;
+    return r.status == 200 ? Json::parse(r.body) : Json();
+  }
+  static std::vector<model::JobId> ids(const Json& list) {
+    std::vector<model::JobId> out;
+    for (const auto& j : list) out.push_back(j["id"]);
+    return out;
+  }
+  model::JobId submit(const std::string& token, const std::string& name) {
+    const std::string spec = "name: " + name + "\ncommand: [python3, train.py]\nresources: {gpus_per_node: 1}\n";
+    auto r = http_->request("POST", "/v1/jobs", Json{{"spec", spec}}.dump(), {{"Authorization", "Bearer " + token}});
+    EXPECT_TRUE(r.has_value() && r->status == 201) << (r ? r->body : r.error().message());
+    return r && r->status == 201 ? Json::parse(r->body)["id"].get<model::JobId>() : 0;
+  }
+  void run_one(const std::string& token, model::JobId& id) {
+    id = submit(token, token == admin_ ? "admins-run" : "bobs-run");
+    auto prepare = agent_->expect<protocol::Prepare>();
+    ASSERT_TRUE(prepare.has_value());
+    ASSERT_EQ(prepare->job, id);
+    agent_->send(protocol::PrepareResult{id, 0, true, false, "", "", prepare->master_port});
+    ASSERT_TRUE(agent_->expect<protocol::Launch>().has_value());
+    agent_->send(protocol::RankStarted{id, 0, 0, 4242});
+    ASSERT_TRUE(testing::eventually([&] { return get(admin_, "/v1/jobs/" + std::to_string(id))["state"] == "RUNNING"; }, 5s));
+  }
+  void end_one(const std::string& token, model::JobId& id) {
+    id = submit(token, token == admin_ ? "admins-old" : "bobs-old");  // waits: both GPUs are held
+    auto r = call(token, "POST", "/v1/jobs/" + std::to_string(id) + "/cancel");
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  // The status page's data as `token` sees it: the queue's ids, the holders named, and
+  // per GPU the job named (0 for none) and whether it is held.
+  struct StatusSeen {
+    std::vector<model::JobId> queue;
+    std::vector<std::string> holders;
+    std::vector<std::pair<model::JobId, bool>> gpus;
+    int running = 0;
+  };
+  StatusSeen status(const std::string& token) {
+    Json s = get(token, "/v1/status");
+    StatusSeen seen;
+    for (const auto& row : s["queue"]["rows"]) seen.queue.push_back(row["id"]);
+    for (const auto& [id, holder] : s["holders"].items()) seen.holders.push_back(id);
+    for (const auto& g : s["nodes"][0]["gpus"]) seen.gpus.emplace_back(g["job"].is_null() ? 0 : g["job"].get<model::JobId>(), g["held"]);
+    seen.running = s["jobs_by_state"].value("RUNNING", 0);
+    return seen;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<CoordinatorProcess> coord_;
+  std::unique_ptr<net::HttpClient> http_;
+  std::unique_ptr<ScriptedAgent> agent_;
+  std::string admin_, bob_;
+  model::JobId admins_running_ = 0, bobs_running_ = 0, admins_ended_ = 0, bobs_ended_ = 0;
+};
+
+TEST_F(PrivateDataTest, WithoutPrivateDataEveryUserSeesEveryonesJobsHistoryAndUsage) {
+  ASSERT_NO_FATAL_FAILURE(start(""));
+  EXPECT_EQ(ids(get(bob_, "/v1/jobs")), (std::vector<model::JobId>{admins_running_, bobs_running_}));
+  EXPECT_EQ(ids(get(bob_, "/v1/jobs?user=tester&all=1")), (std::vector<model::JobId>{admins_running_, admins_ended_}));
+  Json other = get(bob_, "/v1/jobs/" + std::to_string(admins_running_));
+  EXPECT_EQ(other["name"], "admins-run");
+  EXPECT_FALSE(other.contains("spec"));
+  EXPECT_EQ(call(bob_, "GET", "/v1/jobs/" + std::to_string(admins_running_) + "/logs").status, 403);
+  EXPECT_EQ(ids(get(bob_, "/v1/history")), (std::vector<model::JobId>{admins_ended_, bobs_ended_}));
+  Json usage = get(bob_, "/v1/usage");
+  ASSERT_EQ(usage["rows"].size(), 2u) << usage.dump();
+  EXPECT_EQ(usage["own_only"], false);
+  EXPECT_EQ(get(bob_, "/v1/usage?by=node")["rows"][0]["jobs"], 2);
+  StatusSeen anonymous = status("");
+  EXPECT_EQ(anonymous.queue, (std::vector<model::JobId>{admins_running_, bobs_running_}));
+  EXPECT_EQ(anonymous.holders.size(), 2u);
+  EXPECT_EQ(anonymous.gpus, (std::vector<std::pair<model::JobId, bool>>{{admins_running_, true}, {bobs_running_, true}}));
+  auto metrics = call("", "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("corral_gpus_allocated_by_user{user=\"bob\"} 1"), std::string::npos) << metrics.body;
+}
+
+TEST_F(PrivateDataTest, PrivateDataShowsAUserTheirOwnJobsHistoryAndUsageAndAnAdminEveryones) {
+  ASSERT_NO_FATAL_FAILURE(start("private_data: [history, usage, jobs]\n"));
+  const std::string admins = std::to_string(admins_running_);
+  // Jobs: bob's own, whatever users he names; another's job is as one that does not exist.
+  EXPECT_EQ(ids(get(bob_, "/v1/jobs")), (std::vector<model::JobId>{bobs_running_}));
+  EXPECT_EQ(ids(get(bob_, "/v1/jobs?all=1")), (std::vector<model::JobId>{bobs_running_, bobs_ended_}));
+  EXPECT_TRUE(get(bob_, "/v1/jobs?user=tester&all=1").empty());
+  EXPECT_EQ(ids(get(bob_, "/v1/jobs?user=tester,bob")), (std::vector<model::JobId>{bobs_running_}));
+  for (const std::string& target : {"/v1/jobs/" + admins, "/v1/jobs/" + admins + "?wait=5", "/v1/jobs/" + admins + "/logs",
+                                    "/v1/jobs/" + admins + "/stack", "/v1/jobs/" + std::to_string(admins_ended_)}) {
+    auto r = call(bob_, "GET", target);
+    EXPECT_EQ(r.status, 404) << target << ": " << r.body;
+    EXPECT_EQ(r.body.find("tester"), std::string::npos) << target << ": " << r.body;
+  }
+  auto cancel = call(bob_, "POST", "/v1/jobs/" + admins + "/cancel");
+  EXPECT_EQ(cancel.status, 404) << cancel.body;
+  auto bulk = call(bob_, "POST", "/v1/jobs/cancel", Json{{"ids", {admins_running_, admins_ended_}}}.dump());
+  ASSERT_EQ(bulk.status, 200) << bulk.body;
+  EXPECT_TRUE(Json::parse(bulk.body)["cancelled"].empty()) << bulk.body;
+  for (const auto& failed : Json::parse(bulk.body)["failed"]) EXPECT_EQ(failed["status"], 404) << bulk.body;
+  EXPECT_EQ(bulk.body.find("tester"), std::string::npos) << bulk.body;
+  EXPECT_EQ(get(admin_, "/v1/jobs/" + admins)["state"], "RUNNING");
+  EXPECT_EQ(get(bob_, "/v1/jobs/" + std::to_string(bobs_running_))["name"], "bobs-run");
+  EXPECT_EQ(ids(get(admin_, "/v1/jobs")), (std::vector<model::JobId>{admins_running_, bobs_running_}));
+  EXPECT_EQ(get(admin_, "/v1/jobs/" + std::to_string(bobs_running_))["name"], "bobs-run");
+
+  // History: bob's own ended jobs; another user's are none.
+  EXPECT_EQ(ids(get(bob_, "/v1/history")), (std::vector<model::JobId>{bobs_ended_}));
+  EXPECT_TRUE(get(bob_, "/v1/history?user=tester").empty());
+  EXPECT_EQ(ids(get(admin_, "/v1/history")), (std::vector<model::JobId>{admins_ended_, bobs_ended_}));
+
+  // Usage: bob's own GPU time, by user, node or class.
+  Json by_user = get(bob_, "/v1/usage");
+  ASSERT_EQ(by_user["rows"].size(), 1u) << by_user.dump();
+  EXPECT_EQ(by_user["rows"][0]["user"], "bob");
+  EXPECT_EQ(by_user["own_only"], true);
+  for (const char* by : {"node", "class"}) {
+    Json rows = get(bob_, std::string("/v1/usage?by=") + by)["rows"];
+    ASSERT_EQ(rows.size(), 1u) << rows.dump();
+    EXPECT_EQ(rows[0]["jobs"], 1) << by;
+  }
+  EXPECT_EQ(get(admin_, "/v1/usage")["rows"].size(), 2u);
+  EXPECT_EQ(get(admin_, "/v1/usage?by=node")["rows"][0]["jobs"], 2);
+  EXPECT_EQ(get(admin_, "/v1/usage")["own_only"], false);
+
+  // The status page: bob's jobs named, the other GPU held by no one named; without a
+  // token, no job at all; an admin, every one. The counts stay the cluster's.
+  StatusSeen bobs = status(bob_);
+  EXPECT_EQ(bobs.queue, (std::vector<model::JobId>{bobs_running_}));
+  EXPECT_EQ(bobs.holders, (std::vector<std::string>{std::to_string(bobs_running_)}));
+  EXPECT_EQ(bobs.gpus, (std::vector<std::pair<model::JobId, bool>>{{0, true}, {bobs_running_, true}}));
+  EXPECT_EQ(bobs.running, 2);
+  StatusSeen anonymous = status("");
+  EXPECT_TRUE(anonymous.queue.empty());
+  EXPECT_TRUE(anonymous.holders.empty());
+  EXPECT_EQ(anonymous.gpus, (std::vector<std::pair<model::JobId, bool>>{{0, true}, {0, true}}));
+  auto raw = call("", "GET", "/v1/status");
+  EXPECT_EQ(raw.body.find("bobs-run"), std::string::npos) << raw.body;
+  EXPECT_EQ(raw.body.find("\"bob\""), std::string::npos) << raw.body;
+  StatusSeen admin = status(admin_);
+  EXPECT_EQ(admin.queue, (std::vector<model::JobId>{admins_running_, bobs_running_}));
+  EXPECT_EQ(admin.gpus, (std::vector<std::pair<model::JobId, bool>>{{admins_running_, true}, {bobs_running_, true}}));
+  // A token the coordinator does not know is refused, not taken for no token.
+  EXPECT_EQ(call(std::string(64, 'f'), "GET", "/v1/status").status, 401);
+
+  // Metrics: the per-user series for an admin's scrape only.
+  for (const std::string& token : {std::string(), bob_}) {
+    auto m = call(token, "GET", "/metrics");
+    ASSERT_EQ(m.status, 200);
+    EXPECT_EQ(m.body.find("user=\""), std::string::npos) << m.body;
+    EXPECT_NE(m.body.find("corral_jobs_ended_total{state=\"CANCELLED\"} 2"), std::string::npos) << m.body;
+  }
+  auto m = call(admin_, "GET", "/metrics");
+  EXPECT_NE(m.body.find("corral_gpus_allocated_by_user{user=\"bob\"} 1"), std::string::npos) << m.body;
+}
+
 }  // namespace
 }  // namespace corral

@@ -129,6 +129,10 @@ function renderGrid(s) {
     if (!node.connected && node.state !== 'down') badges += '<span class="badge down" title="its agent is not connected: it takes no new job">agent away</span>';
     const why = node.reason ? '<div class="why">' + esc(node.reason) + '</div>' : '';
     const cells = node.gpus.map((g) => {
+      if (g.job == null && g.held) {
+        // Held by a job this page may not name (the coordinator's private_data: jobs).
+        return '<div class="gpu held private" data-gpu="' + esc(g.index) + '" title="' + esc(node.name + ' GPU ' + g.index + ': held by another user\'s job') + '">' + esc(g.index) + '</div>';
+      }
       if (g.job == null) {
         const what = node.state === 'up' ? 'free' : node.state;
         return '<div class="gpu" data-gpu="' + esc(g.index) + '" title="' + esc(node.name + ' GPU ' + g.index + ': ' + what) + '">' + esc(g.index) + '</div>';
@@ -156,7 +160,10 @@ function renderQueue(s) {
       '</td><td>' + stateCell(r.state) + '</td><td class="num">' + esc(r.gpus) + '</td><td>' + esc(r.nodes) + '</td><td>' + time +
       '</td><td>' + reason + '</td></tr>';
   }).join('');
-  $('queue').tBodies[0].innerHTML = body || '<tr><td colspan="8" class="muted">The queue is empty.</td></tr>';
+  let empty = 'The queue is empty.';
+  if (s.private_jobs && !page.token) empty = 'This cluster shows each user their own jobs only: log in to see yours.';
+  else if (s.private_jobs) empty = 'You have no job in the queue.';
+  $('queue').tBodies[0].innerHTML = body || '<tr><td colspan="8" class="muted">' + esc(empty) + '</td></tr>';
   const first = q.total === 0 ? 0 : q.offset + 1, last = q.offset + q.rows.length;
   $('queue-pager').innerHTML =
     '<button id="queue-prev"' + (q.offset === 0 ? ' disabled' : '') + '>« previous</button>' +

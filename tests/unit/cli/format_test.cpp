@@ -421,5 +421,22 @@ TEST(Views, LogChunksAndProblemsAreRead) {
   EXPECT_TRUE(parse_problems(R"({"error": "nope"})").empty());
 }
 
+TEST(FormatUsage, SaysWhenTheTotalIsTheCallersOwnJobsAlone) {
+  constexpr std::string_view kUsage = R"({"since": "2026-12-01T12:00:00.000Z", "until": "2026-12-02T12:00:00.000Z",
+    "by": "node", "total_gpu_hours": 3.5, %s "rows": [{"node": "gpu-a", "gpu_hours": 3.5, "jobs": 2}]})";
+  auto with = [&](const std::string& own) {
+    std::string text(kUsage);
+    text.replace(text.find("%s"), 2, own);
+    auto u = parse_usage(text);
+    EXPECT_TRUE(u.has_value()) << u.error().message();
+    return u ? format_usage(*u) : std::string();
+  };
+  EXPECT_EQ(with("").substr(0, with("").find('\n')), "GPU-hours from 2026-12-01T12:00:00.000Z to 2026-12-02T12:00:00.000Z");
+  std::string own = with(R"("own_only": true,)");
+  EXPECT_EQ(own.substr(0, own.find('\n')),
+            "GPU-hours of your own jobs from 2026-12-01T12:00:00.000Z to 2026-12-02T12:00:00.000Z");
+  EXPECT_NE(own.find("gpu-a"), std::string::npos) << own;
+}
+
 }  // namespace
 }  // namespace corral::cli

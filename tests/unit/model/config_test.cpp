@@ -36,6 +36,46 @@ TEST(CoordinatorConfig, ListsEveryProblemWithItsPosition) {
             "c.yaml:3:13: kill_grace: expected a duration like 90s, 30m, 2h or 1d, got \"soon\"");
 }
 
+TEST(CoordinatorConfig, PrivateDataIsEmptyByDefault) {
+  auto c = parse_coordinator_config("listen: 127.0.0.1:0\n", "c.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_FALSE(c->private_data.any());
+  auto empty = parse_coordinator_config("private_data: []\n", "c.yaml");
+  ASSERT_TRUE(empty.has_value()) << empty.error().message();
+  EXPECT_FALSE(empty->private_data.any());
+}
+
+TEST(CoordinatorConfig, PrivateDataTakesAListOfHistoryUsageAndJobs) {
+  auto flow = parse_coordinator_config("private_data: [history, jobs]\n", "c.yaml");
+  ASSERT_TRUE(flow.has_value()) << flow.error().message();
+  EXPECT_TRUE(flow->private_data.history);
+  EXPECT_FALSE(flow->private_data.usage);
+  EXPECT_TRUE(flow->private_data.jobs);
+  auto block = parse_coordinator_config("private_data:\n  - usage\n", "c.yaml");
+  ASSERT_TRUE(block.has_value()) << block.error().message();
+  EXPECT_FALSE(block->private_data.history);
+  EXPECT_TRUE(block->private_data.usage);
+  EXPECT_FALSE(block->private_data.jobs);
+}
+
+TEST(CoordinatorConfig, PrivateDataNamesAnUnknownItem) {
+  auto c = parse_coordinator_config("private_data: [jobs, histroy]\n", "c.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message(), "c.yaml:1:15: private_data: unknown item \"histroy\"; use history, usage or jobs");
+}
+
+TEST(CoordinatorConfig, PrivateDataMustBeAListOfNames) {
+  auto scalar = parse_coordinator_config("private_data: history\n", "c.yaml");
+  ASSERT_FALSE(scalar.has_value());
+  EXPECT_EQ(scalar.error().message(), "c.yaml:1:15: private_data: must be a list, like [a, b]");
+  auto map = parse_coordinator_config("private_data: {history: true}\n", "c.yaml");
+  ASSERT_FALSE(map.has_value());
+  EXPECT_EQ(map.error().message(), "c.yaml:1:15: private_data: must be a list, like [a, b]");
+  auto nested = parse_coordinator_config("private_data: [[history]]\n", "c.yaml");
+  ASSERT_FALSE(nested.has_value());
+  EXPECT_EQ(nested.error().message(), "c.yaml:1:16: private_data: each item must be a single value");
+}
+
 TEST(CoordinatorConfig, PortZeroMeansAnyFreePort) {
   auto c = parse_coordinator_config("listen: 127.0.0.1:0\n", "c.yaml");
   ASSERT_TRUE(c.has_value());

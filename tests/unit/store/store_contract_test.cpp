@@ -320,6 +320,14 @@ TYPED_TEST(StoreContract, GpuUsageSumsEachGpusTimeWithinTheRangeByUserNodeAndCla
   auto by_class = this->store_->gpu_usage(range, UsageKey::Class);
   ASSERT_TRUE(by_class.has_value());
   EXPECT_EQ(*by_class, (std::vector<UsageRow>{{product, 22'000, 2}, {"unknown", 2'000, 1}}));
+  // One user's own GPU time (a private usage): by node, only where bob's jobs ran.
+  EndedQuery bobs = range;
+  bobs.users = {"bob"};
+  auto bob_by_node = this->store_->gpu_usage(bobs, UsageKey::Node);
+  ASSERT_TRUE(bob_by_node.has_value()) << bob_by_node.error().message();
+  EXPECT_EQ(*bob_by_node, (std::vector<UsageRow>{{"gone", 2'000, 1}, {"gpu-a", 2'000, 1}}));
+  bobs.users = {"bob", "ada"};
+  EXPECT_EQ(this->store_->gpu_usage(bobs, UsageKey::User).value(), *by_user);
 }
 
 TYPED_TEST(StoreContract, AnArrayElementIsFoundByItsArrayAndIndex) {
