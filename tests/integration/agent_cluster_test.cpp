@@ -117,6 +117,14 @@ class AgentClusterTest : public ::testing::Test {
         [&] { return std::none_of(pids.begin(), pids.end(), running); }, timeout);
   }
 
+  // The coordinator started again (after a kill9) and both agents welcomed by it.
+  void coordinator_back() {
+    ASSERT_TRUE(coord_.start());
+    http_ = coord_.client(70s);
+    ASSERT_TRUE(a_->rejoined());
+    ASSERT_TRUE(b_->rejoined());
+  }
+
   std::string two_node(const std::string& command, const std::string& extra = "") {
     return "name: t\ncommand: " + command + "\nresources: {nodes: 2, gpus_per_node: 2}\n" + extra;
   }
@@ -530,10 +538,7 @@ TEST_F(AgentClusterTest, AJobRunningWhenTheCoordinatorIsKilledCompletesAfterItsR
   std::vector<model::JobId> queued;
   for (int i = 0; i < 5; ++i) queued.push_back(submit(two_node("[" CORRAL_WORKER_BIN ", tcp-check]")));
   coord_.kill9();
-  ASSERT_TRUE(coord_.start());
-  http_ = coord_.client(70s);
-  ASSERT_TRUE(a_->rejoined());
-  ASSERT_TRUE(b_->rejoined());
+  ASSERT_NO_FATAL_FAILURE(coordinator_back());
   EXPECT_EQ(job(id)["state"], "RUNNING");
   std::ofstream(go) << "go\n";
   Json j = wait_end(id);
@@ -1005,10 +1010,7 @@ TEST_F(AgentClusterTest, ADeletedDatabaseKillsNoRankAndTheClusterCarriesOnWhenIt
     std::filesystem::rename(dir_.file(std::string("kept.db") + suffix), db + suffix, ec);
   }
   std::filesystem::rename(state + "/cluster-id.previous", state + "/cluster-id");
-  ASSERT_TRUE(coord_.start());
-  http_ = coord_.client(70s);
-  ASSERT_TRUE(a_->rejoined());
-  ASSERT_TRUE(b_->rejoined());
+  ASSERT_NO_FATAL_FAILURE(coordinator_back());
   EXPECT_EQ(job(id)["state"], "RUNNING");
   std::ofstream(go) << "go\n";
   Json j = wait_end(id);

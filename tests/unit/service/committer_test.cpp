@@ -28,6 +28,17 @@ store::Change update(const store::JobRecord& j, std::string event = {}) {
   return c;
 }
 
+// The texts of job `id`'s events, in order.
+std::vector<std::string> event_texts(store::Store& store, model::JobId id) {
+  std::vector<std::string> texts;
+  auto events = store.events(id);
+  EXPECT_TRUE(events.has_value());
+  if (events) {
+    for (const auto& e : *events) texts.push_back(e.text);
+  }
+  return texts;
+}
+
 class CommitterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -57,11 +68,7 @@ TEST_F(CommitterTest, ReportsOfOneJobInABatchAreOneWriteOfItsLatestRecordAndEver
   EXPECT_EQ(committer_.committed(), 1u);
   EXPECT_EQ(heard_, (std::vector<std::string>{"first ok", "second ok", "third ok"}));
   EXPECT_EQ((*store_.job(1))->reason, "c");
-  auto events = store_.events(1);
-  ASSERT_TRUE(events.has_value());
-  ASSERT_EQ(events->size(), 2u);
-  EXPECT_EQ((*events)[0].text, "first");
-  EXPECT_EQ((*events)[1].text, "second");
+  EXPECT_EQ(event_texts(store_, 1), (std::vector<std::string>{"first", "second"}));
   EXPECT_TRUE(failures_.empty());
 }
 
@@ -184,11 +191,7 @@ TEST_F(CommitterOnAFullDiskTest, ABatchTheStoreCannotWriteIsKeptAndNothingOfItOr
   EXPECT_EQ(heard_, (std::vector<std::string>{"a ok", "then", "b ok"}));
   EXPECT_EQ(states_, (std::vector<std::string>{"failing: database or disk is full", "writing"}));
   EXPECT_EQ((*store_.job(1))->reason, "b");
-  auto events = store_.events(1);
-  ASSERT_TRUE(events.has_value());
-  ASSERT_EQ(events->size(), 2u);
-  EXPECT_EQ((*events)[0].text, "first");
-  EXPECT_EQ((*events)[1].text, "second");
+  EXPECT_EQ(event_texts(store_, 1), (std::vector<std::string>{"first", "second"}));
   EXPECT_TRUE(failures_.empty());
 }
 
