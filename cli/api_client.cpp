@@ -1,7 +1,14 @@
 #include "cli/api_client.hpp"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <thread>
+
+#include "common/core/hex.hpp"
 
 #include "common/net/http_client.hpp"
 #include "common/protocol/json_reader.hpp"
@@ -16,7 +23,24 @@ bool same_header_name(std::string_view a, std::string_view b) {
          });
 }
 
+bool carries_key(const ApiHeaders& headers) {
+  return std::any_of(headers.begin(), headers.end(),
+                     [](const auto& h) { return same_header_name(h.first, kIdempotencyKeyHeader); });
+}
+
 }  // namespace
+
+std::string new_idempotency_key() {
+  std::uint8_t bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) std::abort();  // no entropy: a guessable key could answer with someone's job
+    got += static_cast<std::size_t>(n);
+  }
+  return hex_encode(bytes);
+}
 
 HttpApiClient::HttpApiClient(SettingsSource settings, Duration timeout, KeeperUse keeper)
     : settings_(std::move(settings)), timeout_(timeout), keeper_(std::move(keeper)) {}
@@ -52,11 +76,15 @@ Result<void> HttpApiClient::connect(bool try_keeper) {
 }
 
 Result<net::HttpResponse> HttpApiClient::request(const std::string& method, const std::string& target,
-                                                 const std::string& body) {
+                                                 const std::string& body, const ApiHeaders& extra) {
+  maybe_seen_ = false;
   if (!http_) {
     if (auto c = connect(/*try_keeper=*/true); !c) return std::unexpected(c.error());
   }
-  auto r = http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
+  ApiHeaders headers{{"Authorization", "Bearer " + token_}};
+  headers.insert(headers.end(), extra.begin(), extra.end());
+  auto r = http_->request(method, target, body, headers);
+  if (!r && !via_keeper_) maybe_seen_ = !http_->last_request_unsent();
   if (r && via_keeper_) {
     // The keeper's own failure to reach the coordinator is this command's failure, as if
     // it had gone directly: the keeper's error code, the coordinator's message.
@@ -66,6 +94,8 @@ Result<net::HttpResponse> HttpApiClient::request(const std::string& method, cons
       for (ErrorCode c : {ErrorCode::Timeout, ErrorCode::InvalidArgument}) {
         if (value == to_string(c)) code = c;
       }
+      // It may have reached the coordinator before the keeper lost it.
+      maybe_seen_ = true;
       return make_error(code, error_from_response(ApiResponse{r->status, std::move(r->body)}).message());
     }
   }
@@ -76,6 +106,7 @@ Result<net::HttpResponse> HttpApiClient::request(const std::string& method, cons
   http_.reset();
   via_keeper_ = false;
   if (!unsent && method != "GET") {
+    maybe_seen_ = true;
     if (r.error().code() == ErrorCode::Timeout) {
       return make_error(ErrorCode::Timeout, "no answer through the connection keeper (" + r.error().message() +
                                                 "); the request may have reached the coordinator");
@@ -84,12 +115,39 @@ Result<net::HttpResponse> HttpApiClient::request(const std::string& method, cons
                                                   "); the request may have reached the coordinator");
   }
   if (auto c = connect(/*try_keeper=*/false); !c) return std::unexpected(c.error());
-  return http_->request(method, target, body, {{"Authorization", "Bearer " + token_}});
+  r = http_->request(method, target, body, headers);
+  if (!r) maybe_seen_ = !http_->last_request_unsent();
+  return r;
+}
+
+Result<net::HttpResponse> HttpApiClient::send_again(const std::string& method, const std::string& target,
+                                                    const std::string& body, const ApiHeaders& extra,
+                                                    Result<net::HttpResponse> failed) {
+  int tries = 1;
+  for (Duration delay : kRetryDelays) {
+    if (failed || !maybe_seen_ || failed.error().code() == ErrorCode::InvalidArgument) break;
+    std::this_thread::sleep_for(delay);
+    // Directly: a keeper that lost the request has ended, or is about to.
+    http_.reset();
+    via_keeper_ = false;
+    if (auto c = connect(/*try_keeper=*/false); !c) return std::unexpected(c.error());
+    ApiHeaders headers{{"Authorization", "Bearer " + token_}};
+    headers.insert(headers.end(), extra.begin(), extra.end());
+    failed = http_->request(method, target, body, headers);
+    ++tries;
+    // Once it may have been seen, a refused connection is a coordinator restarting: the
+    // key still stands, so it is tried again.
+  }
+  if (!failed && tries > 1) {
+    return std::unexpected(failed.error().with_context("no answer after " + std::to_string(tries) + " tries"));
+  }
+  return failed;
 }
 
 Result<ApiResponse> HttpApiClient::call(const std::string& method, const std::string& target,
-                                        const std::string& body) {
-  auto r = request(method, target, body);
+                                        const std::string& body, const ApiHeaders& headers) {
+  auto r = request(method, target, body, headers);
+  if (!r && carries_key(headers)) r = send_again(method, target, body, headers, std::move(r));
   if (!r) {
     // A CA read only when the kept TLS session was not resumed is still a setting to fix.
     ErrorCode code = r.error().code() == ErrorCode::Timeout           ? ErrorCode::Timeout

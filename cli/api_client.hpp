@@ -5,6 +5,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/connection.hpp"
 #include "cli/keeper.hpp"
@@ -23,6 +25,15 @@ struct ApiResponse {
   std::string body;
 };
 
+// Request headers beyond the token, e.g. {"Idempotency-Key", KEY}.
+using ApiHeaders = std::vector<std::pair<std::string, std::string>>;
+
+// The header that makes a submission safe to send again (docs/api.md).
+inline constexpr const char* kIdempotencyKeyHeader = "Idempotency-Key";
+
+// A fresh random key for one submission: 128 bits as 32 lowercase hex characters.
+std::string new_idempotency_key();
+
 class ApiClient {
  public:
   virtual ~ApiClient() = default;
@@ -30,7 +41,7 @@ class ApiClient {
   // the coordinator cannot be reached (TLS failures included), InvalidArgument when the
   // connection settings are missing or unusable.
   virtual Result<ApiResponse> call(const std::string& method, const std::string& target,
-                                   const std::string& body = {}) = 0;
+                                   const std::string& body = {}, const ApiHeaders& headers = {}) = 0;
 };
 
 // Resolves its settings and connects on the first call, so that commands which fail
@@ -47,12 +58,21 @@ class HttpApiClient final : public ApiClient {
   HttpApiClient(const HttpApiClient&) = delete;
   HttpApiClient& operator=(const HttpApiClient&) = delete;
 
-  Result<ApiResponse> call(const std::string& method, const std::string& target,
-                           const std::string& body) override;
+  // A request that carries an Idempotency-Key is sent again, directly, when it may have
+  // reached the coordinator but no answer came (the connection or the keeper died, the
+  // coordinator restarted): after each of kRetryDelays, a refused connection included
+  // once it may have been seen. The coordinator answers a repeat with what the first made.
+  static constexpr Duration kRetryDelays[] = {std::chrono::milliseconds(500), std::chrono::milliseconds(1500),
+                                              std::chrono::milliseconds(3000)};
+  Result<ApiResponse> call(const std::string& method, const std::string& target, const std::string& body = {},
+                           const ApiHeaders& headers = {}) override;
 
  private:
   Result<void> connect(bool try_keeper);
-  Result<net::HttpResponse> request(const std::string& method, const std::string& target, const std::string& body);
+  Result<net::HttpResponse> request(const std::string& method, const std::string& target, const std::string& body,
+                                    const ApiHeaders& headers);
+  Result<net::HttpResponse> send_again(const std::string& method, const std::string& target, const std::string& body,
+                                       const ApiHeaders& headers, Result<net::HttpResponse> failed);
 
   SettingsSource settings_;
   Duration timeout_;
@@ -63,6 +83,8 @@ class HttpApiClient final : public ApiClient {
   std::string keeper_to_start_;
   ConnectionSettings settings_used_;
   std::unique_ptr<net::HttpClient> http_;
+  // After a failed request: the coordinator may have acted on it.
+  bool maybe_seen_ = false;
 };
 
 // The Error for a non-2xx answer, from its {"error": "..."} body. The code decides the

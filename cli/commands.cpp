@@ -179,7 +179,11 @@ std::variant<int, std::string> send_submission(CommandContext& ctx, const Submit
             {"dry_run", options.dry_run},
             {"environment", environment}};
   if (!options.submit_dir.empty()) body["submit_dir"] = options.submit_dir;
-  auto r = ctx.api.call("POST", "/v1/jobs", body.dump(-1, ' ', false, Json::error_handler_t::replace));
+  // One key for this submission, the same on every retry of it: a submission whose answer
+  // was lost is sent again and the coordinator answers with the job it made, not a second.
+  ApiHeaders headers;
+  if (!options.dry_run) headers.emplace_back(kIdempotencyKeyHeader, new_idempotency_key());
+  auto r = ctx.api.call("POST", "/v1/jobs", body.dump(-1, ' ', false, Json::error_handler_t::replace), headers);
   if (!r) return fail(ctx, r.error());
   if (r->status == 400) {
     // The coordinator's parser may be newer than ours and find more.

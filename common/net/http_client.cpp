@@ -291,8 +291,11 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
   req.prepare_payload();
   // Sent again, on a new connection, only what the server cannot have acted on: a request
   // not written whole, or an idempotent one on a kept-alive connection that closed before
-  // any answer. A POST that may have been acted on is not (a job would be submitted twice).
-  const bool idempotent = req.method() != http::verb::post && req.method() != http::verb::patch;
+  // any answer. A POST that may have been acted on is not (a job would be submitted twice),
+  // unless it carries an Idempotency-Key: the server answers a repeat of it with what the
+  // first made.
+  const bool idempotent = (req.method() != http::verb::post && req.method() != http::verb::patch) ||
+                          req.find("Idempotency-Key") != req.end();
   bool maybe_seen = false;  // an attempt wrote the whole request
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (impl_->connected() && impl_->exchanges > 0 && impl_->closed_by_server()) impl_->disconnect();

@@ -47,8 +47,9 @@ class HttpClient {
   // One request. A kept-alive connection the server has closed is replaced before the
   // request is sent; one closed as it was sent is replaced and the request sent again when
   // the server cannot have acted on it (not all of it was written, or it is not a POST or
-  // PATCH). Unavailable when the server cannot be reached, the TLS handshake fails or no
-  // answer came; Timeout past the limit.
+  // PATCH), or when acting on it twice is safe (it carries an Idempotency-Key).
+  // Unavailable when the server cannot be reached, the TLS handshake fails or no answer
+  // came; Timeout past the limit.
   Result<HttpResponse> request(const std::string& method, const std::string& target, const std::string& body = {},
                                const std::vector<std::pair<std::string, std::string>>& headers = {});
 

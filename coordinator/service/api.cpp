@@ -280,7 +280,20 @@ void Coordinator::after_commit(net::HttpResponse response, Respond respond) {
   committer_.then([respond = std::move(respond), response = std::move(response)] { respond(response); });
 }
 
+namespace {
+
+// 201 for a submission: its first job (an array's id) and every job it made.
+net::HttpResponse submitted_response(const std::vector<model::JobId>& ids, bool repeated) {
+  Json j{{"id", ids.front()}, {"ids", ids}};
+  if (repeated) j["repeated"] = true;
+  return json_response(201, j);
+}
+
+}  // namespace
+
 void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, Respond respond) {
+  auto key = SubmitKeys::key_of(request);
+  if (!key) return respond(error_response(400, key.error().message()));
   auto body = protocol::parse_json(request.body, config_.max_request_bytes);
   if (!body) return respond(error_response(400, body.error().message()));
   protocol::JsonReader r(*body);
@@ -300,6 +313,14 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     }
   }
   if (!r.ok()) return respond(error_response(400, r.error()));
+  if (!dry_run && !key->empty()) {
+    // A retry of a submission that was made already: its jobs, whatever the cluster or
+    // the spec's checks say now. One primary-key read.
+    auto made = submit_keys_.find(caller.user, *key, respond);
+    if (!made) return respond(error_response(503, "cannot read the submit key: " + made.error().message()));
+    if (*made && (*made)->empty()) return;  // its commit is under way: answered with it
+    if (*made) return respond(submitted_response(**made, /*repeated=*/true));
+  }
   if (auto ok = model::check_submission(submission); !ok) return respond(error_response(400, ok.error().message()));
   auto parsed = model::parse_job_spec_detailed(spec_text);
   if (!parsed.problems.empty()) {
@@ -324,9 +345,19 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
   auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now, std::move(submission), ended_lookup());
   if (!submitted) return respond(error_response(400, submitted.error().message()));
   model::JobId id = submitted->id;
-  committer_.enqueue(std::move(submitted->change), [respond, id, ids = submitted->ids](const Result<void>& ok) {
-    if (!ok) return respond(error_response(503, "not stored: " + ok.error().message()));
-    respond(json_response(201, Json{{"id", id}, {"ids", ids}}));
+  if (!key->empty()) submit_keys_.record(caller.user, *key, submitted->ids, now, submitted->change);
+  committer_.enqueue(std::move(submitted->change), [this, respond, ids = submitted->ids, user = caller.user,
+                                                    key = std::move(*key)](const Result<void>& ok) {
+    // Retries that came while this was being written get what the first gets.
+    auto retries = key.empty() ? std::vector<Respond>{} : submit_keys_.settle(user, key);
+    if (!ok) {
+      auto failed = error_response(503, "not stored: " + ok.error().message());
+      respond(failed);
+      for (const auto& r : retries) r(failed);
+      return;
+    }
+    respond(submitted_response(ids, /*repeated=*/false));
+    for (const auto& r : retries) r(submitted_response(ids, /*repeated=*/true));
   });
   // A dependency that can never be met has cancelled the job already: that comes after.
   flush_effects();

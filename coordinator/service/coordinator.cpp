@@ -199,6 +199,9 @@ void Coordinator::tick() {
     last_stream_token_check_ = now;
     close_streams_of_gone_tokens();
   }
+  if (!committer_.failing()) {
+    if (auto prune = submit_keys_.prune_due(now)) committer_.enqueue(std::move(*prune));
+  }
   if (now - last_periodic_pass_ >= config_.schedule_interval) {
     last_periodic_pass_ = now;
     request_pass();  // time limits and fair share move with the clock

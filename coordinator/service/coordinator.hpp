@@ -21,6 +21,7 @@
 #include "common/protocol/messages.hpp"
 #include "coordinator/ledger/ledger.hpp"
 #include "coordinator/service/committer.hpp"
+#include "coordinator/service/submit_keys.hpp"
 #include "coordinator/store/store.hpp"
 
 namespace corral::service {
@@ -217,6 +218,7 @@ class Coordinator final : public net::ServerHandler {
   model::CoordinatorConfig config_;
   ledger::Ledger ledger_;
   Committer committer_;
+  SubmitKeys submit_keys_{store_};
   // Each node's current agent link; messages for a node without one are dropped (the
   // ledger judges what was lost once the agent is back and Synced).
   std::unordered_map<std::string, std::shared_ptr<net::WsConnection>> conns_;

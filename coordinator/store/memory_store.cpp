@@ -129,6 +129,31 @@ Result<void> MemoryStore::apply(const UpsertUser& m) {
   return {};
 }
 
+Result<void> MemoryStore::apply(const RecordSubmitKey& m) {
+  if (auto ok = check_submit_key(m.key); !ok) return ok;
+  if (!jobs_.contains(m.key.job)) return std::unexpected(job_not_found_error(m.key.job, "record submit key"));
+  auto id = std::pair{m.key.user, m.key.key};
+  if (!submit_keys_.emplace(id, m.key).second) return std::unexpected(submit_key_exists_error(m.key));
+  undo_.push_back([this, id] { submit_keys_.erase(id); });
+  return {};
+}
+
+Result<void> MemoryStore::apply(const PruneSubmitKeys& m) {
+  std::vector<const SubmitKey*> old;
+  for (const auto& [id, key] : submit_keys_) {
+    if (key.at < m.before) old.push_back(&key);
+  }
+  std::sort(old.begin(), old.end(), [](const SubmitKey* a, const SubmitKey* b) { return a->at < b->at; });
+  const auto limit = static_cast<std::size_t>(std::max(m.limit, 0));
+  if (old.size() > limit) old.resize(limit);
+  for (const SubmitKey* key : old) {
+    SubmitKey gone = *key;
+    submit_keys_.erase(std::pair{gone.user, gone.key});
+    undo_.push_back([this, gone = std::move(gone)] { submit_keys_.emplace(std::pair{gone.user, gone.key}, gone); });
+  }
+  return {};
+}
+
 Result<Snapshot> MemoryStore::load() {
   Snapshot snap;
   for (const auto& [name, node] : nodes_) snap.nodes.push_back(node);
@@ -224,6 +249,12 @@ Result<std::optional<User>> MemoryStore::user_by_token_hash(const std::string& t
     if (user.token_hash == token_hash) return std::optional<User>(user);
   }
   return std::optional<User>();
+}
+
+Result<std::optional<SubmitKey>> MemoryStore::submit_key(const std::string& user, const std::string& key) {
+  auto it = submit_keys_.find(std::pair{user, key});
+  if (it == submit_keys_.end()) return std::optional<SubmitKey>();
+  return std::optional<SubmitKey>(it->second);
 }
 
 Result<std::vector<User>> MemoryStore::users() {

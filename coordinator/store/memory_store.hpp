@@ -28,6 +28,7 @@ class MemoryStore : public Store {
   Result<std::vector<JobEvent>> events(model::JobId id) override;
   Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) override;
   Result<std::vector<User>> users() override;
+  Result<std::optional<SubmitKey>> submit_key(const std::string& user, const std::string& key) override;
 
  private:
   Result<void> apply_change(const Change& change);
@@ -36,6 +37,8 @@ class MemoryStore : public Store {
   Result<void> apply(const AppendEvent& m);
   Result<void> apply(const UpsertNode& m);
   Result<void> apply(const UpsertUser& m);
+  Result<void> apply(const RecordSubmitKey& m);
+  Result<void> apply(const PruneSubmitKeys& m);
   Result<void> hold_resources(const JobRecord& job);
   // Sets jobs_[job.id] and records how to put back what was there.
   void put_job(JobRecord job);
@@ -46,6 +49,7 @@ class MemoryStore : public Store {
   std::map<GpuKey, model::JobId> gpu_holds_;
   std::map<PortKey, model::JobId> port_holds_;
   std::map<std::string, User, std::less<>> users_;  // by name, hence users() in name order
+  std::map<std::pair<std::string, std::string>, SubmitKey> submit_keys_;  // by (user, key)
   // Undo steps of the change being applied, run in reverse when it fails.
   std::vector<std::function<void()>> undo_;
 };

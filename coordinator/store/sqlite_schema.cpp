@@ -120,6 +120,20 @@ CREATE TABLE cluster (
 ) STRICT;
 )sql";
 
+// Version 8: submit keys (Idempotency-Key), each written in the transaction of the jobs
+// it made, so that a retried submission finds them after any crash; pruned by age.
+constexpr std::string_view kMigration8 = R"sql(
+CREATE TABLE submit_keys (
+  user   TEXT    NOT NULL,
+  key    TEXT    NOT NULL,
+  job_id INTEGER NOT NULL REFERENCES jobs (id),
+  jobs   INTEGER NOT NULL CHECK (jobs >= 1),
+  at     INTEGER NOT NULL,
+  PRIMARY KEY (user, key)
+) STRICT;
+CREATE INDEX submit_keys_by_at ON submit_keys (at);
+)sql";
+
 constexpr SqliteMigration kMigrations[] = {
     {1, kMigration1},
     {2, kMigration2},
@@ -128,6 +142,7 @@ constexpr SqliteMigration kMigrations[] = {
     {5, kMigration5},
     {6, kMigration6},
     {7, kMigration7},
+    {8, kMigration8},
 };
 
 Result<int> read_user_version(SqliteConnection& db) {

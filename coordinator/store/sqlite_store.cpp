@@ -448,6 +448,40 @@ Result<void> SqliteStore::apply(const UpsertUser& m) {
   return {};
 }
 
+Result<void> SqliteStore::apply(const RecordSubmitKey& m) {
+  const SubmitKey& key = m.key;
+  if (auto ok = check_submit_key(key); !ok) return ok;
+  auto stmt = db_->prepare("INSERT INTO submit_keys (user, key, job_id, jobs, at) VALUES (?1, ?2, ?3, ?4, ?5)");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)
+      ->bind(1, key.user)
+      .bind(2, key.key)
+      .bind(3, key.job)
+      .bind(4, std::int64_t{key.jobs})
+      .bind(5, to_millis(key.at));
+  if (auto ok = (*stmt)->run(); !ok) {
+    if ((*stmt)->extended_error_code() == SQLITE_CONSTRAINT_PRIMARYKEY) {
+      return std::unexpected(submit_key_exists_error(key));
+    }
+    if ((*stmt)->extended_error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
+      return std::unexpected(job_not_found_error(key.job, "record submit key"));
+    }
+    return std::unexpected(ok.error().with_context("record submit key of user " + key.user));
+  }
+  return {};
+}
+
+Result<void> SqliteStore::apply(const PruneSubmitKeys& m) {
+  // Through the index on `at`: a bounded delete, however many keys are old.
+  auto stmt = db_->prepare(
+      "DELETE FROM submit_keys WHERE rowid IN "
+      "(SELECT rowid FROM submit_keys WHERE at < ?1 ORDER BY at LIMIT ?2)");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, to_millis(m.before)).bind(2, std::int64_t{std::max(m.limit, 0)});
+  if (auto ok = (*stmt)->run(); !ok) return std::unexpected(ok.error().with_context("prune submit keys"));
+  return {};
+}
+
 // ---- reads ----
 
 Result<std::vector<JobRecord>> SqliteStore::select_jobs(std::string_view sql, const JobQuery& query) {
@@ -580,6 +614,17 @@ Result<std::vector<JobEvent>> SqliteStore::events(model::JobId id) {
     if (!*row) return events;
     events.push_back({(*stmt)->int64(0), from_millis((*stmt)->int64(1)), (*stmt)->text(2)});
   }
+}
+
+Result<std::optional<SubmitKey>> SqliteStore::submit_key(const std::string& user, const std::string& key) {
+  auto stmt = db_->prepare("SELECT job_id, jobs, at FROM submit_keys WHERE user = ?1 AND key = ?2");
+  if (!stmt) return std::unexpected(stmt.error());
+  (*stmt)->bind(1, user).bind(2, key);
+  auto row = (*stmt)->step();
+  if (!row) return std::unexpected(row.error().with_context("read submit key of user " + user));
+  if (!*row) return std::optional<SubmitKey>();
+  return std::optional<SubmitKey>(SubmitKey{user, key, (*stmt)->int64(0), static_cast<int>((*stmt)->int64(1)),
+                                            from_millis((*stmt)->int64(2))});
 }
 
 Result<Snapshot> SqliteStore::load() {

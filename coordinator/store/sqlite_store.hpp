@@ -47,6 +47,7 @@ class SqliteStore final : public Store {
   Result<std::vector<JobEvent>> events(model::JobId id) override;
   Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) override;
   Result<std::vector<User>> users() override;
+  Result<std::optional<SubmitKey>> submit_key(const std::string& user, const std::string& key) override;
 
   // For diagnostics and tests: the value of `PRAGMA <name>` on this connection as text
   // ("journal_mode" -> "wal", "synchronous" -> "2"). InvalidArgument unless name is
@@ -71,6 +72,8 @@ class SqliteStore final : public Store {
   Result<void> apply(const AppendEvent& m);
   Result<void> apply(const UpsertNode& m);
   Result<void> apply(const UpsertUser& m);
+  Result<void> apply(const RecordSubmitKey& m);
+  Result<void> apply(const PruneSubmitKeys& m);
   Result<void> hold_resources(const JobRecord& job);
   Result<std::vector<JobRecord>> select_jobs(std::string_view sql, const JobQuery& query);
 

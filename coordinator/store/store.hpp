@@ -149,7 +149,34 @@ struct UpsertUser {
   User user;
 };
 
-using Mutation = std::variant<InsertJob, UpdateJob, AppendEvent, UpsertNode, UpsertUser>;
+// What one submission made, under the key its client sent with it (the Idempotency-Key
+// header): a retry of that submission is answered with these jobs instead of new ones.
+// A key belongs to its user: another user's same key is another key.
+struct SubmitKey {
+  std::string user;
+  std::string key;
+  model::JobId job = 0;  // the first job made (an array's id)
+  int jobs = 1;          // how many, with consecutive ids from `job` (an array's elements)
+  TimePoint at{};        // when it was made; pruned a day later
+
+  bool operator==(const SubmitKey&) const = default;
+};
+
+// Records a submission's key with the jobs it made. It goes in the same Change as their
+// InsertJob, so the key is on disk exactly when they are. Conflict if the user's key is
+// recorded already; NotFound if `job` is not stored; InvalidArgument for an empty user or
+// key, or fewer than one job.
+struct RecordSubmitKey {
+  SubmitKey key;
+};
+// Deletes at most `limit` of the keys made before `before`, the oldest first.
+struct PruneSubmitKeys {
+  TimePoint before{};
+  int limit = 0;
+};
+
+using Mutation =
+    std::variant<InsertJob, UpdateJob, AppendEvent, UpsertNode, UpsertUser, RecordSubmitKey, PruneSubmitKeys>;
 
 // One state change: all of its mutations commit together or not at all.
 struct Change {
@@ -217,6 +244,8 @@ class Store {
   // In the order they were appended.
   virtual Result<std::vector<JobEvent>> events(model::JobId id) = 0;
   virtual Result<std::optional<User>> user_by_token_hash(const std::string& token_hash) = 0;
+  // The jobs that `user`'s submission with this key made, if it is recorded.
+  virtual Result<std::optional<SubmitKey>> submit_key(const std::string& user, const std::string& key) = 0;
   // Ordered by name.
   virtual Result<std::vector<User>> users() = 0;
 };

@@ -82,6 +82,21 @@ std::vector<PortKey> ports_held_by(const JobRecord& job) {
   return {ports.begin(), ports.end()};
 }
 
+Result<void> check_submit_key(const SubmitKey& key) {
+  if (key.user.empty() || key.key.empty()) {
+    return make_error(ErrorCode::InvalidArgument, "a submit key needs a user and a key");
+  }
+  if (key.jobs < 1) {
+    return make_error(ErrorCode::InvalidArgument,
+                      "a submit key must name at least one job, got " + std::to_string(key.jobs));
+  }
+  return {};
+}
+
+Error submit_key_exists_error(const SubmitKey& key) {
+  return Error(ErrorCode::Conflict, "user " + key.user + "'s submit key is recorded already");
+}
+
 Error job_exists_error(model::JobId id) {
   return Error(ErrorCode::Conflict, "job " + std::to_string(id) + " already exists");
 }

@@ -58,6 +58,10 @@ bool fold_job_update(Change& into, Change& next);
 // Conflict: `user` was given a token hash that `holder` already has. Names the holder,
 // never the hash, which would help whoever reads the log to impersonate them.
 Error token_taken_error(std::string_view holder, std::string_view user);
+// What RecordSubmitKey accepts: a user and a key that are not empty, at least one job.
+[[nodiscard]] Result<void> check_submit_key(const SubmitKey& key);
+// Conflict: the user's key is recorded already. Names the user, not the key.
+Error submit_key_exists_error(const SubmitKey& key);
 Error job_exists_error(model::JobId id);
 Error job_not_found_error(model::JobId id, std::string_view action);
 // holder == job: the allocation lists the GPU twice (InvalidArgument); otherwise another

@@ -411,6 +411,54 @@ TEST_F(CoordinatorTest, RestartAfterSigkillKeepsRunningJobsAndEveryAcknowledgedS
   EXPECT_TRUE(reaches(id, "COMPLETED"));
 }
 
+// A submission whose answer was lost is sent again with its Idempotency-Key: the
+// coordinator answers with the job it made, also after a SIGKILL right after the 201.
+TEST_F(CoordinatorTest, ASubmitRetriedWithItsKeyMakesOneJobAcrossASigkillAndKeysAreEachUsers) {
+  std::string bob = coord_.add_user("bob");
+  ASSERT_EQ(bob.size(), 64u);
+  auto keyed = [&](const std::string& key, const std::string& token) {
+    auto r = http_->request("POST", "/v1/jobs", Json{{"spec", kTwoNodeJob}, {"file", "job.yaml"}}.dump(),
+                            {{"Authorization", "Bearer " + token}, {"Idempotency-Key", key}});
+    EXPECT_TRUE(r.has_value()) << r.error().message();
+    return r ? *r : net::HttpResponse{0, "", "", {}};
+  };
+  auto count_jobs = [&] { return Json::parse(call("GET", "/v1/jobs?all=1").body).size(); };
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  auto first = keyed(key, coord_.token());
+  ASSERT_EQ(first.status, 201) << first.body;
+  const auto id = Json::parse(first.body)["id"].get<model::JobId>();
+  auto again = keyed(key, coord_.token());
+  ASSERT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(Json::parse(again.body)["id"], id);
+  EXPECT_EQ(Json::parse(again.body)["repeated"], true);
+  EXPECT_EQ(count_jobs(), 1u);
+
+  // Bob's same key is his own: a new job, and nothing of the other's.
+  auto bobs = keyed(key, bob);
+  ASSERT_EQ(bobs.status, 201) << bobs.body;
+  const auto bobs_id = Json::parse(bobs.body)["id"].get<model::JobId>();
+  EXPECT_NE(bobs_id, id);
+  EXPECT_FALSE(Json::parse(bobs.body).contains("repeated"));
+  EXPECT_EQ(job(bobs_id)["user"], "bob");
+
+  auto bad = keyed(std::string(200, 'k'), coord_.token());
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("Idempotency-Key"), std::string::npos) << bad.body;
+  EXPECT_EQ(count_jobs(), 2u);
+
+  // A new key's job, then the coordinator killed right after its 201.
+  auto last = keyed("fedcba9876543210", coord_.token());
+  ASSERT_EQ(last.status, 201) << last.body;
+  const auto last_id = Json::parse(last.body)["id"].get<model::JobId>();
+  ASSERT_NO_FATAL_FAILURE(restart_after_sigkill());
+  auto retried = keyed("fedcba9876543210", coord_.token());
+  ASSERT_EQ(retried.status, 201) << retried.body;
+  EXPECT_EQ(Json::parse(retried.body)["id"], last_id);
+  EXPECT_EQ(Json::parse(retried.body)["repeated"], true);
+  EXPECT_EQ(Json::parse(keyed(key, bob).body)["id"], bobs_id);
+  EXPECT_EQ(count_jobs(), 3u);
+}
+
 TEST_F(CoordinatorTest, AJobWhoseRanksAreGoneAfterARestartIsNodeFail) {
   model::JobId id = 0;
   ASSERT_NO_FATAL_FAILURE(run_then_restart(id));

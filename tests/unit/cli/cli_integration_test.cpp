@@ -31,6 +31,12 @@ class ScriptedCoordinator : public net::ServerHandler {
     std::lock_guard lock(mu_);
     answers_[method_and_path] = {status, "application/json", std::move(body), {}};
   }
+  // The next `n` requests to this endpoint are read and then their connection is closed
+  // unanswered, as when a coordinator dies after its commit and before its answer.
+  void drop(const std::string& method_and_path, int n) {
+    std::lock_guard lock(mu_);
+    drops_[method_and_path] = n;
+  }
   std::vector<net::HttpRequest> seen() {
     std::lock_guard lock(mu_);
     return seen_;
@@ -41,6 +47,10 @@ class ScriptedCoordinator : public net::ServerHandler {
     seen_.push_back(request);
     if (request.header("authorization") != std::string("Bearer ") + kToken) {
       return respond({401, "application/json", R"({"error": "unknown token"})", {}});
+    }
+    if (int& left = drops_[request.method + " " + request.path]; left > 0) {
+      --left;
+      return;  // `respond` goes unused: the session, and its connection, end with it
     }
     auto it = answers_.find(request.method + " " + request.path);
     if (it == answers_.end())
@@ -57,6 +67,7 @@ class ScriptedCoordinator : public net::ServerHandler {
  private:
   std::mutex mu_;
   std::map<std::string, net::HttpResponse> answers_;
+  std::map<std::string, int> drops_;
   std::vector<net::HttpRequest> seen_;
 };
 
@@ -125,6 +136,44 @@ TEST_F(CliIntegrationTest, SubmitPrintsTheNewJobsId) {
   EXPECT_EQ(body["file"], "train.yaml");
   EXPECT_EQ(body["dry_run"], false);
   EXPECT_EQ(body["spec"], "name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n");
+}
+
+// The coordinator read the submission and its answer was lost: `corral submit` sends it
+// again with the same key (which the coordinator answers with the job it made) and
+// prints one id. Another submission carries another key.
+TEST_F(CliIntegrationTest, ASubmitWhoseAnswerIsLostIsSentAgainWithItsKeyAndPrintsOneId) {
+  coordinator_.on("POST /v1/jobs", 201, R"({"id": 42, "ids": [42], "repeated": true})");
+  coordinator_.drop("POST /v1/jobs", 2);
+  std::string spec = write_file("train.yaml", "name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n");
+  auto r = corral({"submit", spec});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 42\n");
+  auto seen = coordinator_.seen();
+  ASSERT_EQ(seen.size(), 3u);
+  const std::string key = seen[0].header("idempotency-key");
+  EXPECT_EQ(key.size(), 32u);
+  for (const auto& s : seen) {
+    EXPECT_EQ(s.header("idempotency-key"), key);
+    EXPECT_EQ(s.body, seen[0].body);
+  }
+  r = corral({"submit", spec});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  seen = coordinator_.seen();
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_NE(seen[3].header("idempotency-key"), key);
+}
+
+// Every try lost: the command fails, saying so, after a few seconds, not at once and not
+// for ever.
+TEST_F(CliIntegrationTest, ASubmitWhoseEveryAnswerIsLostFailsWithExit3AfterItsRetries) {
+  coordinator_.on("POST /v1/jobs", 201, R"({"id": 42})");
+  coordinator_.drop("POST /v1/jobs", 100);
+  std::string spec = write_file("train.yaml", "name: t\ncommand: c\nresources:\n  gpus_per_node: 1\n");
+  auto r = corral({"submit", spec});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("no answer after 4 tries"), std::string::npos) << r.err;
+  EXPECT_EQ(coordinator_.seen().size(), 4u);
 }
 
 TEST_F(CliIntegrationTest, ACommandThatStartsTorchrunPerGpuIsSubmittedWithAWarningAndProcsPerNodeIsAFlag) {

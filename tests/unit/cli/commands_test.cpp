@@ -25,6 +25,7 @@ struct Call {
   std::string method;
   std::string target;
   std::string body;
+  ApiHeaders headers = {};
 };
 
 // Answers calls from a script, in order, and records them.
@@ -33,9 +34,9 @@ class FakeApi : public ApiClient {
   void answer(int status, std::string body) { script_.push_back(ApiResponse{status, std::move(body)}); }
   void fail(ErrorCode code, std::string message) { script_.push_back(Error(code, std::move(message))); }
 
-  Result<ApiResponse> call(const std::string& method, const std::string& target,
-                           const std::string& body) override {
-    calls.push_back({method, target, body});
+  Result<ApiResponse> call(const std::string& method, const std::string& target, const std::string& body,
+                           const ApiHeaders& headers) override {
+    calls.push_back({method, target, body, headers});
     if (script_.empty()) return make_error(ErrorCode::Internal, "the test scripted no answer for " + target);
     auto next = std::move(script_.front());
     script_.pop_front();
@@ -116,6 +117,30 @@ TEST_F(CommandsTest, SubmitSendsTheSpecAndPrintsTheId) {
   EXPECT_EQ(api_.calls[0].body,
             R"({"dry_run":false,"environment":[],"file":"job.yaml","spec":"name: t\ncommand: c\nresources:\n  )"
             R"(gpus_per_node: 1\n"})");
+}
+
+// Each submission carries a key of its own (a retry of it sends the same one, so that
+// the coordinator makes the job once); a dry run makes nothing and carries none.
+TEST_F(CommandsTest, EachSubmitCarriesAFreshIdempotencyKeyAndADryRunNone) {
+  std::string path = write_spec(std::string(kValidSpec));
+  api_.answer(201, R"({"id": 42})");
+  api_.answer(201, R"({"id": 43})");
+  api_.answer(200, R"({"dry_run": true, "would_start": true})");
+  auto c = ctx();
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitOk);
+  EXPECT_EQ(run_submit(c, {path, false, false}), kExitOk);
+  EXPECT_EQ(run_submit(c, {path, true, false}), kExitOk);
+  ASSERT_EQ(api_.calls.size(), 3u);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(api_.calls[i].headers.size(), 1u);
+    EXPECT_EQ(api_.calls[i].headers[0].first, "Idempotency-Key");
+    keys.push_back(api_.calls[i].headers[0].second);
+    EXPECT_EQ(keys.back().size(), 32u);
+    EXPECT_EQ(keys.back().find_first_not_of("0123456789abcdef"), std::string::npos) << keys.back();
+  }
+  EXPECT_NE(keys[0], keys[1]);
+  EXPECT_TRUE(api_.calls[2].headers.empty());
 }
 
 TEST_F(CommandsTest, SubmitTakesTheShellsDirectoryAndEnvironmentAsSbatchDoes) {
@@ -273,9 +298,10 @@ TEST_F(CommandsTest, WaitDoesNotPauseAfterARequestHeldItsFullTime) {
     FakeApi& inner;
     FakeClock& clock;
     HeldApi(FakeApi& a, FakeClock& c) : inner(a), clock(c) {}
-    Result<ApiResponse> call(const std::string& m, const std::string& t, const std::string& b) override {
+    Result<ApiResponse> call(const std::string& m, const std::string& t, const std::string& b,
+                             const ApiHeaders& h) override {
       clock.advance(20s);
-      return inner.call(m, t, b);
+      return inner.call(m, t, b, h);
     }
   } held(api_, clock_);
   CommandContext c{held, out_, err_, clock_, [this](Duration d) { sleeps_.push_back(d); }};
@@ -478,8 +504,9 @@ class AppTest : public CommandsTest {
   // Hands calls to the fixture's FakeApi, which run_app cannot own.
   struct Forward : ApiClient {
     explicit Forward(FakeApi& api) : api_(api) {}
-    Result<ApiResponse> call(const std::string& m, const std::string& t, const std::string& b) override {
-      return api_.call(m, t, b);
+    Result<ApiResponse> call(const std::string& m, const std::string& t, const std::string& b,
+                             const ApiHeaders& h) override {
+      return api_.call(m, t, b, h);
     }
     FakeApi& api_;
   };

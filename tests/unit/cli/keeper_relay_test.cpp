@@ -31,7 +31,10 @@ class Echo final : public net::ServerHandler {
  public:
   void on_http(const net::HttpRequest& req, std::function<void(net::HttpResponse)> respond) override {
     ++requests;
-    respond({200, "text/plain", req.method + " " + req.target + " " + req.header("authorization") + " " + req.body, {}});
+    respond({200, "text/plain",
+             req.method + " " + req.target + " " + req.header("authorization") + " " + req.header("idempotency-key") +
+                 " " + req.body,
+             {}});
   }
   Result<void> accept_ws(const net::HttpRequest&) override {
     return make_error(ErrorCode::PermissionDenied, "no WebSocket here");
@@ -84,8 +87,13 @@ TEST(KeeperRelay, CommandsOnEightThreadsAreEachAnsweredByTheServerAndAnIdleKeepe
         auto c = net::HttpClient::create("unix:" + socket, {}, 10s, /*peer_is_me=*/true);
         if (!c) continue;
         std::string body = std::to_string(t) + "/" + std::to_string(i);
-        auto r = (*c)->request("POST", "/v1/jobs", body, {{"Authorization", "Bearer t" + std::to_string(t)}});
-        if (r && r->status == 200 && r->body == "POST /v1/jobs Bearer t" + std::to_string(t) + " " + body) ++right;
+        // The token and a submission's key reach the coordinator as the command sent them.
+        std::string key = "key-" + body;
+        auto r = (*c)->request("POST", "/v1/jobs", body,
+                               {{"Authorization", "Bearer t" + std::to_string(t)}, {"Idempotency-Key", key}});
+        if (r && r->status == 200 && r->body == "POST /v1/jobs Bearer t" + std::to_string(t) + " " + key + " " + body) {
+          ++right;
+        }
       }
     });
   }

@@ -44,12 +44,26 @@ class ApiTest : public ::testing::Test {
     EXPECT_TRUE(net::parse_target(target, r.path, r.query));
     r.body = body;
     if (!token.empty()) r.headers["authorization"] = "Bearer " + token;
+    return answer_to(r);
+  }
+  net::HttpResponse answer_to(const net::HttpRequest& r) {
     std::optional<net::HttpResponse> answer;
     coord_->on_http(r, [&](net::HttpResponse a) { answer = std::move(a); });
     // An answer that reports a change comes once it is committed: after the loop's turn.
     for (int i = 0; i < 100 && !answer; ++i) loop_.poll();
-    EXPECT_TRUE(answer.has_value()) << method << " " << target << " was never answered";
+    EXPECT_TRUE(answer.has_value()) << r.method << " " << r.target << " was never answered";
     return answer.value_or(net::HttpResponse{0, "", "", {}});
+  }
+
+  // POST /v1/jobs as alice, with the Idempotency-Key header.
+  static net::HttpRequest keyed_submit(const std::string& key, const std::string& spec = kSpec) {
+    net::HttpRequest r;
+    r.method = "POST";
+    r.target = r.path = "/v1/jobs";
+    r.body = Json{{"spec", spec}}.dump();
+    r.headers["authorization"] = "Bearer alice-token";
+    r.headers["idempotency-key"] = key;
+    return r;
   }
 
   model::JobId stored_jobs() { return store_.load().value().max_job_id; }  // ids start at 1
@@ -224,6 +238,9 @@ class HeldReads final : public store::Store {
     return under_.user_by_token_hash(h);
   }
   Result<std::vector<store::User>> users() override { return under_.users(); }
+  Result<std::optional<store::SubmitKey>> submit_key(const std::string& user, const std::string& key) override {
+    return under_.submit_key(user, key);
+  }
 
  private:
   store::Store& under_;
@@ -276,6 +293,72 @@ TEST_F(ApiTest, AHistoryReadThatTakesItsTimeHoldsNoOtherRequest) {
   EXPECT_TRUE(Json::parse(history->body).is_array());
   EXPECT_EQ(usage->status, 200) << usage->body;
   EXPECT_EQ(Json::parse(usage->body)["by"], "node");
+}
+
+
+TEST_F(ApiTest, ASubmitRepeatedWithItsKeyIsAnsweredWithTheSameJobAndMakesNone) {
+  auto first = answer_to(keyed_submit("k-1"));
+  ASSERT_EQ(first.status, 201) << first.body;
+  auto again = answer_to(keyed_submit("k-1"));
+  ASSERT_EQ(again.status, 201) << again.body;
+  auto a = Json::parse(first.body);
+  auto b = Json::parse(again.body);
+  EXPECT_EQ(b["id"], a["id"]);
+  EXPECT_EQ(b["ids"], a["ids"]);
+  EXPECT_FALSE(a.contains("repeated"));
+  EXPECT_EQ(b["repeated"], true);
+  EXPECT_EQ(stored_jobs(), 1);
+  // Another key is another submission.
+  EXPECT_NE(Json::parse(answer_to(keyed_submit("k-2")).body)["id"], a["id"]);
+  EXPECT_EQ(stored_jobs(), 2);
+}
+
+// The retry comes while the first submission waits in the loop's commit batch: it is not
+// in the store yet, and still makes no second job.
+TEST_F(ApiTest, ARetryThatArrivesBeforeTheFirstIsCommittedWaitsForItAndGetsTheSameJob) {
+  std::optional<net::HttpResponse> first;
+  std::optional<net::HttpResponse> retry;
+  coord_->on_http(keyed_submit("k"), [&](net::HttpResponse a) { first = std::move(a); });
+  coord_->on_http(keyed_submit("k"), [&](net::HttpResponse a) { retry = std::move(a); });
+  EXPECT_FALSE(first.has_value());  // answered after the commit, not before
+  EXPECT_FALSE(retry.has_value());
+  for (int i = 0; i < 100 && !(first && retry); ++i) loop_.poll();
+  ASSERT_TRUE(first && retry);
+  ASSERT_EQ(first->status, 201) << first->body;
+  ASSERT_EQ(retry->status, 201) << retry->body;
+  EXPECT_EQ(Json::parse(retry->body)["id"], Json::parse(first->body)["id"]);
+  EXPECT_EQ(Json::parse(retry->body)["repeated"], true);
+  EXPECT_EQ(stored_jobs(), 1);
+  // Committed, the key is let go from memory: the next retry reads it from the store.
+  EXPECT_EQ(Json::parse(answer_to(keyed_submit("k")).body)["id"], Json::parse(first->body)["id"]);
+  EXPECT_EQ(stored_jobs(), 1);
+}
+
+TEST_F(ApiTest, AnArraysRepeatedSubmitIsAnsweredWithEveryElement) {
+  std::string spec = std::string(kSpec) + "array: \"0-2\"\n";
+  auto first = answer_to(keyed_submit("arr", spec));
+  ASSERT_EQ(first.status, 201) << first.body;
+  auto again = answer_to(keyed_submit("arr", spec));
+  ASSERT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(Json::parse(again.body)["ids"], Json::parse(first.body)["ids"]);
+  EXPECT_EQ(Json::parse(again.body)["ids"].size(), 3u);
+  EXPECT_EQ(stored_jobs(), 3);
+}
+
+TEST_F(ApiTest, ABadIdempotencyKeyIs400NamingTheHeaderAndMakesNoJob) {
+  for (const std::string& key : {std::string(), std::string(129, 'a'), std::string("has space"),
+                                 std::string("tab\tkey"), std::string("caf\xc3\xa9")}) {
+    auto r = answer_to(keyed_submit(key));
+    EXPECT_EQ(r.status, 400) << key;
+    EXPECT_NE(r.body.find("Idempotency-Key"), std::string::npos) << r.body;
+  }
+  auto twice = keyed_submit("k");
+  twice.repeated_headers.push_back("idempotency-key");
+  auto r = answer_to(twice);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("Idempotency-Key: given more than once"), std::string::npos) << r.body;
+  EXPECT_EQ(stored_jobs(), 0);
+  EXPECT_EQ(answer_to(keyed_submit(std::string(128, '~'))).status, 201);
 }
 
 }  // namespace

@@ -911,5 +911,86 @@ TYPED_TEST(StoreContract, UserChangesInAFailingChangeOfABatchAreRolledBackWithIt
   this->upsert(user("frank", 'b'));
 }
 
+
+// ---- submit keys ----
+
+SubmitKey submit_key(const std::string& user, const std::string& key, model::JobId job, int jobs, std::int64_t ms) {
+  return {user, key, job, jobs, at(ms)};
+}
+
+TYPED_TEST(StoreContract, ASubmitKeyIsRecordedWithItsJobsAndFoundByUserAndKey) {
+  auto key = submit_key("ada", "k-1", 7, 3, 1'700'000'000'000);
+  std::vector<Mutation> made;
+  for (model::JobId id : {7, 8, 9}) made.emplace_back(InsertJob{pending(id)});
+  made.emplace_back(RecordSubmitKey{key});
+  this->commit_ok(Change{made});
+  auto found = this->store_->submit_key("ada", "k-1");
+  ASSERT_TRUE(found.has_value()) << found.error().to_string();
+  EXPECT_EQ(*found, key);
+  // The key is the user's: another user's same key, or another key, finds nothing.
+  EXPECT_EQ(this->store_->submit_key("bob", "k-1").value(), std::nullopt);
+  EXPECT_EQ(this->store_->submit_key("ada", "k-2").value(), std::nullopt);
+}
+
+TYPED_TEST(StoreContract, ARepeatedSubmitKeyIsRefusedAndItsChangeMakesNoJob) {
+  this->commit_ok(change(InsertJob{pending(1)}, RecordSubmitKey{submit_key("ada", "k", 1, 1, 5)}));
+  auto again = this->store_->commit(change(InsertJob{pending(2)}, RecordSubmitKey{submit_key("ada", "k", 2, 1, 6)}));
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), ErrorCode::Conflict);
+  EXPECT_THAT(again.error().message(), HasSubstr("ada"));
+  EXPECT_EQ(this->read(2), std::nullopt);
+  EXPECT_EQ(this->store_->submit_key("ada", "k").value(), submit_key("ada", "k", 1, 1, 5));
+  // Bob's "k" is his own.
+  this->commit_ok(change(InsertJob{pending(3, "bob")}, RecordSubmitKey{submit_key("bob", "k", 3, 1, 7)}));
+  EXPECT_EQ(this->store_->submit_key("bob", "k").value(), submit_key("bob", "k", 3, 1, 7));
+}
+
+TYPED_TEST(StoreContract, ASubmitKeyForAMissingJobOrWithoutAUserKeyOrJobIsRefused) {
+  auto missing = this->store_->commit(change(RecordSubmitKey{submit_key("ada", "k", 5, 1, 1)}));
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code(), ErrorCode::NotFound);
+  this->insert(pending(1));
+  for (const auto& bad :
+       {submit_key("", "k", 1, 1, 1), submit_key("ada", "", 1, 1, 1), submit_key("ada", "k", 1, 0, 1)}) {
+    auto r = this->store_->commit(change(RecordSubmitKey{bad}));
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), ErrorCode::InvalidArgument);
+  }
+  EXPECT_EQ(this->store_->submit_key("ada", "k").value(), std::nullopt);
+}
+
+TYPED_TEST(StoreContract, PruningDeletesTheOldestKeysBeforeTheTimeUpToItsLimit) {
+  std::vector<Mutation> made;
+  for (int i = 1; i <= 5; ++i) {
+    made.emplace_back(InsertJob{pending(i)});
+    made.emplace_back(RecordSubmitKey{submit_key("ada", "k" + std::to_string(i), i, 1, 1000 * i)});
+  }
+  this->commit_ok(Change{made});
+  auto known = [&] {
+    std::vector<int> out;
+    for (int i = 1; i <= 5; ++i) {
+      if (this->store_->submit_key("ada", "k" + std::to_string(i)).value()) out.push_back(i);
+    }
+    return out;
+  };
+  // Made before 4000: k1, k2, k3; at most two go, the oldest.
+  this->commit_ok(change(PruneSubmitKeys{at(4000), 2}));
+  EXPECT_EQ(known(), (std::vector<int>{3, 4, 5}));
+  this->commit_ok(change(PruneSubmitKeys{at(4000), 100}));
+  EXPECT_EQ(known(), (std::vector<int>{4, 5}));
+  // The jobs stay; only their keys went.
+  EXPECT_TRUE(this->read(1).has_value());
+  // A pruned key is free again.
+  this->commit_ok(change(InsertJob{pending(6)}, RecordSubmitKey{submit_key("ada", "k1", 6, 1, 9000)}));
+  EXPECT_EQ(this->store_->submit_key("ada", "k1").value(), submit_key("ada", "k1", 6, 1, 9000));
+}
+
+TYPED_TEST(StoreContract, APruneInAFailingChangeIsUndoneWithIt) {
+  this->commit_ok(change(InsertJob{pending(1)}, RecordSubmitKey{submit_key("ada", "k", 1, 1, 10)}));
+  auto r = this->store_->commit(change(PruneSubmitKeys{at(100), 10}, UpdateJob{pending(999)}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(this->store_->submit_key("ada", "k").value(), submit_key("ada", "k", 1, 1, 10));
+}
+
 }  // namespace
 }  // namespace corral::store
