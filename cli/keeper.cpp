@@ -1,6 +1,7 @@
 #include "cli/keeper.hpp"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -47,6 +48,13 @@ constexpr auto kCommandIdle = std::chrono::seconds(15);
 // 15 s (net::ServerLimits::idle_timeout), and a request is better sent on a new connection
 // than on one the coordinator may be closing.
 constexpr auto kMaxClientIdle = std::chrono::seconds(10);
+// How often the keeper looks whether its coordinator is still there, and how long a look
+// may take: a keeper of a coordinator that stopped ends within seconds instead of holding
+// a socket that every command tries first until its idle limit.
+constexpr auto kProbeEvery = std::chrono::seconds(2);
+constexpr auto kProbeLimit = std::chrono::seconds(2);
+// A refusal is looked at again after this, before the keeper ends on it.
+constexpr auto kProbeConfirm = std::chrono::milliseconds(300);
 
 // `dir` (made mode 0700 when missing) when it is a folder of this user's that no one else
 // can enter: nobody else can then place a socket in it or reach one there.
@@ -79,6 +87,44 @@ std::string self_exe() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return {};
   return std::string(buf, static_cast<std::size_t>(n));
+}
+
+enum class Reach { answers, refused, unknown };
+
+// Whether anything listens at `host`:`port`: a TCP connect to each of its addresses, each
+// given up after kProbeLimit, and closed at once. Refused means every address refused, or
+// the name no longer exists; no answer in time, no route or a resolver that does not
+// answer is `unknown`, which may pass.
+Reach probe(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc == EAI_NONAME) return Reach::refused;
+  if (rc != 0) return Reach::unknown;
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+  Reach out = Reach::refused;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd) {
+      out = Reach::unknown;
+      continue;
+    }
+    int err = ::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd.get(), POLLOUT, 0};
+      const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(kProbeLimit);
+      socklen_t len = sizeof(err);
+      if (::poll(&p, 1, static_cast<int>(limit.count())) <= 0 ||
+          ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+        err = ETIMEDOUT;
+      }
+    }
+    if (err == 0) return Reach::answers;
+    if (err != ECONNREFUSED) out = Reach::unknown;
+  }
+  return out;
 }
 
 // Request headers that belong to the hop to the keeper (or that the keeper's client sets
@@ -120,13 +166,50 @@ class Keeper {
     if (!listen(err)) return 1;
     ::signal(SIGPIPE, SIG_IGN);
     last_used_ = std::chrono::steady_clock::now();
+    std::thread watcher;
+    if (auto target = net::parse_https_url(url_)) {
+      try {
+        watcher = std::thread([this, host = target->host, port = target->port] { watch_coordinator(host, port); });
+      } catch (const std::exception&) {
+        // No thread to spare: the keeper still ends at its idle limit, or at a failed relay.
+      }
+    }
     serve_until_done();
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    watcher_wake_.notify_all();
+    if (watcher.joinable()) watcher.join();
     return 0;
   }
 
  private:
   Result<std::unique_ptr<net::HttpClient>> make_client() {
     return net::HttpClient::create(url_, net::ClientTls{.ca = ca_, .cert = "", .key = "", .session_file = session_file_});
+  }
+
+  // Looks every kProbeEvery, on a thread of its own (a name to resolve or a connect to wait
+  // for must not hold up accepting commands), whether the coordinator still listens. Two
+  // refusals kProbeConfirm apart, with no request relayed in between, end the keeper as a
+  // relay that failed does; anything less sure (no answer in time) lets it go on.
+  void watch_coordinator(const std::string& host, int port) {
+    std::unique_lock lock(mu_);
+    const auto stopping = [this] { return stopping_; };
+    while (!watcher_wake_.wait_for(lock, kProbeEvery, stopping)) {
+      const std::uint64_t relayed = relayed_;
+      lock.unlock();
+      Reach reach = probe(host, port);
+      lock.lock();
+      if (reach != Reach::refused || watcher_wake_.wait_for(lock, kProbeConfirm, stopping)) continue;
+      lock.unlock();
+      reach = probe(host, port);
+      lock.lock();
+      if (reach == Reach::refused && relayed_ == relayed) {
+        coordinator_failed_ = true;
+        return;
+      }
+    }
   }
 
   bool listen(std::ostream& err) {
@@ -283,6 +366,7 @@ class Keeper {
     if (client) answer = client->request(req.method, req.target, req.body, headers);
     if (answer) {
       std::lock_guard lock(mu_);
+      ++relayed_;
       if (idle_clients_.size() < kMaxIdleClients) {
         idle_clients_.push_back({std::move(client), std::chrono::steady_clock::now()});
       }
@@ -319,7 +403,10 @@ class Keeper {
   std::vector<std::uint64_t> finished_;  // threads that ended, to be joined
   std::uint64_t thread_seq_ = 0;
   std::chrono::steady_clock::time_point last_used_;
-  bool coordinator_failed_ = false;
+  bool coordinator_failed_ = false;  // a relay failed, or the coordinator refuses connections
+  std::uint64_t relayed_ = 0;        // requests answered by the coordinator
+  bool stopping_ = false;            // the watcher's cue to end
+  std::condition_variable watcher_wake_;
 };
 
 }  // namespace

@@ -16,8 +16,10 @@
 //   none of the command's environment or descriptors and / as its folder. The keeper stops
 //   taking commands after CORRAL_KEEP_CONNECTION seconds without one (600 by default; 0
 //   turns keepers off), once it could not get an answer from the coordinator (it answers
-//   that command with the reason; the next goes directly), or when its socket or CA file
-//   is removed or replaced. It then removes its socket and lets go of its lock (a new
+//   that command with the reason; the next goes directly), once the coordinator's address
+//   refuses connections (looked at every 2 s; a refusal seen twice with nothing relayed in
+//   between, or a host name that no longer resolves), or when its socket or CA file is
+//   removed or replaced. It then removes its socket and lets go of its lock (a new
 //   keeper may start at once), serves the commands already connected, each until it has
 //   been idle 15 s, and ends. It serves up to 512 commands at once; a request whose
 //   command has gone meanwhile (interrupted, or given up) is not relayed.

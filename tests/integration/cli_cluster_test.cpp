@@ -525,7 +525,8 @@ TEST_F(CliClusterTest, CommandsAfterTheFirstGoThroughTheKeeperWhichReadsNoCaAgai
 
 // A keeper ends after CORRAL_KEEP_CONNECTION idle seconds, and at once when the
 // coordinator cannot be reached: the command it was relaying fails as a direct one would,
-// with the same code and message, and the next goes directly.
+// with the same code and message, and the next goes directly. With no command, it ends
+// within seconds of its coordinator's going.
 TEST_F(CliClusterTest, AKeeperEndsWhenIdleOrWhenTheCoordinatorIsGoneAndTheCommandSaysWhyAsIfDirect) {
   auto briefly = env();
   briefly.push_back("CORRAL_KEEP_CONNECTION=1");
@@ -555,6 +556,16 @@ TEST_F(CliClusterTest, AKeeperEndsWhenIdleOrWhenTheCoordinatorIsGoneAndTheComman
   EXPECT_EQ(through.exit_code, direct.exit_code);
   EXPECT_EQ(through.err, direct.err);
   EXPECT_NE(direct.err.find("cannot connect to"), std::string::npos) << direct.err;
+  ASSERT_TRUE(coord_.start());
+
+  // A coordinator gone while no command runs: its keeper sees the port refused and ends
+  // within seconds, not after its 600 idle ones, removing its socket.
+  o = corral({"queue"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  ASSERT_TRUE(eventually([&] { return (keeper = keeper_pid()) > 0; }, 10s));
+  coord_.kill9();
+  EXPECT_TRUE(eventually([&] { return !running(keeper); }, 10s)) << "the keeper outlived its coordinator";
+  EXPECT_EQ(keeper_socket(), "") << "its socket is left";
   ASSERT_TRUE(coord_.start());
 }
 

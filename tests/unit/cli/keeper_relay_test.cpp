@@ -1,8 +1,13 @@
 // The connection keeper in this process, against a real TLS server: commands on eight
 // threads at once are each answered, by the server, over the keeper's kept connections;
-// idle, the keeper ends and removes its socket. Run under ThreadSanitizer too.
+// idle, the keeper ends and removes its socket; so does one whose server has stopped,
+// within seconds. Run under ThreadSanitizer too.
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -109,6 +114,99 @@ TEST(KeeperRelay, CommandsOnEightThreadsAreEachAnsweredByTheServerAndAnIdleKeepe
     loop.stop();
   });
   loop_thread.join();
+}
+
+// A keeper whose server has stopped (the kept connection closed, a new one refused) ends
+// within seconds, not at its idle limit, and removes its socket as an idle one does.
+TEST(KeeperRelay, AKeeperWhoseServerStoppedEndsWithinSecondsAndRemovesItsSocket) {
+  testing::TempDir dir;
+  ASSERT_TRUE(net::create_ca(dir.file("ca.pem"), dir.file("ca.key"), "corral test CA").has_value());
+  ASSERT_TRUE(net::issue_certificate(dir.file("ca.pem"), dir.file("ca.key"), dir.file("server.pem"),
+                                     dir.file("server.key"), {"coordinator", {"127.0.0.1"}, true, false})
+                  .has_value());
+  net::EventLoop loop;
+  Echo echo;
+  net::ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.tls = {dir.file("ca.pem"), dir.file("server.pem"), dir.file("server.key")};
+  auto server = net::Server::start(loop, opts, echo);
+  ASSERT_TRUE(server.has_value()) << server.error().message();
+  std::thread loop_thread([&] { loop.run(); });
+  const std::string url = "https://127.0.0.1:" + std::to_string((*server)->port());
+
+  ASSERT_EQ(::mkdir(dir.file("run").c_str(), 0700), 0);
+  const std::string socket = dir.file("run/keeper");
+  std::ostringstream err;
+  auto keeper = std::async(std::launch::async, [&] {
+    return run_keeper({"keep-connection", "--socket", socket, "--url", url, "--ca", dir.file("ca.pem")}, err);
+  });
+  ASSERT_TRUE(testing::eventually([&] { return exists(socket); }, 10s)) << err.str();
+  {
+    // A command, ended before the server stops (a command still connected is served until
+    // it has been idle 15 s).
+    auto c = net::HttpClient::create("unix:" + socket, {}, 10s, /*peer_is_me=*/true);
+    ASSERT_TRUE(c.has_value());
+    auto r = (*c)->request("GET", "/v1/jobs");
+    ASSERT_TRUE(r.has_value()) << r.error().message();
+    EXPECT_EQ(r->status, 200);
+  }
+
+  std::promise<void> stopped;
+  loop.post([&] {
+    (*server)->stop();
+    loop.stop();
+    stopped.set_value();
+  });
+  stopped.get_future().wait();
+  loop_thread.join();
+  const auto since = std::chrono::steady_clock::now();
+  ASSERT_EQ(keeper.wait_for(15s), std::future_status::ready) << "the keeper outlived its server";
+  EXPECT_LT(std::chrono::steady_clock::now() - since, 8s * testing::kSanitizerSlowdown);
+  EXPECT_EQ(keeper.get(), 0) << err.str();
+  EXPECT_FALSE(exists(socket)) << "its socket is left";
+}
+
+// Only a refusal ends a keeper: one whose coordinator still accepts connections goes on,
+// looked at again and again, until that stops.
+TEST(KeeperRelay, AKeeperWhoseCoordinatorStillListensGoesOnUntilItRefuses) {
+  testing::TempDir dir;
+  ASSERT_TRUE(net::create_ca(dir.file("ca.pem"), dir.file("ca.key"), "corral test CA").has_value());
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string url = "https://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  ASSERT_EQ(::mkdir(dir.file("run").c_str(), 0700), 0);
+  const std::string socket = dir.file("run/keeper");
+  std::ostringstream err;
+  auto keeper = std::async(std::launch::async, [&] {
+    return run_keeper({"keep-connection", "--socket", socket, "--url", url, "--ca", dir.file("ca.pem")}, err);
+  });
+  // Two looks at the coordinator, each a connection accepted here.
+  int looks = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (looks < 2 && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC); fd >= 0) {
+      ::close(fd);
+      ++looks;
+    }
+  }
+  ASSERT_EQ(looks, 2) << "the keeper did not look whether its coordinator is there";
+  EXPECT_EQ(keeper.wait_for(0s), std::future_status::timeout) << "the keeper ended while its coordinator listened";
+  EXPECT_TRUE(exists(socket));
+
+  ::close(listener);
+  ASSERT_EQ(keeper.wait_for(15s), std::future_status::ready) << "the keeper outlived its coordinator";
+  EXPECT_EQ(keeper.get(), 0) << err.str();
+  EXPECT_FALSE(exists(socket)) << "its socket is left";
 }
 
 }  // namespace

@@ -179,6 +179,79 @@ TEST_F(NetTest, RespondingLaterStillAnswers) {
   EXPECT_EQ(r->status, 202);
 }
 
+// `n` requests to send in one write, as a pipelining client does: GET /p/0, /p/1, ...,
+// with a POST and its body in the middle; the last one asks to close the connection when
+// `close_after` (so that a reader may read until the end).
+std::string pipelined_requests(int n, bool close_after = false) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    std::string path = "/p/" + std::to_string(i);
+    if (i == n / 2) {
+      out += "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody";
+    } else {
+      out += "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + (close_after && i == n - 1 ? "Connection: close\r\n" : "") +
+             "\r\n";
+    }
+  }
+  return out;
+}
+
+// What EchoHandler answers to pipelined_requests(n), in order.
+std::vector<std::string> pipelined_answers(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string path = "/p/" + std::to_string(i);
+    out.push_back(i == n / 2 ? "POST " + path + " body cn=" : "GET " + path + "  cn=");
+  }
+  return out;
+}
+
+// The bodies of the HTTP answers in `bytes`, in the order they came, each framed by its
+// Content-Length; stops at the first that is not whole.
+std::vector<std::string> answer_bodies(const std::string& bytes) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (;;) {
+    std::size_t head_end = bytes.find("\r\n\r\n", at);
+    if (head_end == std::string::npos) break;
+    std::size_t length_at = bytes.find("Content-Length: ", at);
+    if (length_at == std::string::npos || length_at > head_end) break;
+    std::size_t length = std::stoul(bytes.substr(length_at + 16, head_end - length_at - 16));
+    if (head_end + 4 + length > bytes.size()) break;
+    out.push_back(bytes.substr(head_end + 4, length));
+    at = head_end + 4 + length;
+  }
+  return out;
+}
+
+TEST_F(NetTest, PipelinedRequestsAreEachAnsweredInTheOrderSent) {
+  constexpr int kRequests = 200;
+  testing::RawTls c(server_->port());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.write(pipelined_requests(kRequests)));
+  EXPECT_TRUE(c.read_until(pipelined_answers(kRequests).back(), 10s))
+      << answer_bodies(c.received()).size() << " answers came";
+  EXPECT_EQ(answer_bodies(c.received()), pipelined_answers(kRequests));
+  // And the connection is kept for more.
+  ASSERT_TRUE(c.write("GET /more HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_TRUE(c.read_until("GET /more  cn=", 5s));
+}
+
+TEST_F(NetTest, AnAnswerGivenLaterComesBeforeThatOfTheRequestPipelinedBehindIt) {
+  testing::RawTls c(server_->port());
+  ASSERT_TRUE(c.ok());
+  auto arrived = handler_.pending_arrived.get_future();
+  ASSERT_TRUE(c.write("GET /later HTTP/1.1\r\nHost: x\r\n\r\nGET /behind HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_EQ(arrived.wait_for(5s), std::future_status::ready);
+  // The request behind it waits, unread, until this one is answered.
+  std::promise<std::string> last;
+  loop_.post([&] { last.set_value(handler_.last.path); });
+  EXPECT_EQ(last.get_future().get(), "/later");
+  loop_.post([this] { handler_.pending.front()({202, "text/plain", "done", {}}); });
+  EXPECT_TRUE(c.read_until("GET /behind  cn=", 5s));
+  EXPECT_EQ(answer_bodies(c.received()), (std::vector<std::string>{"done", "GET /behind  cn="}));
+}
+
 TEST_F(NetTest, RefusesAServerCertificateFromAnotherCa) {
   ASSERT_TRUE(create_ca(dir_.file("other.pem"), dir_.file("other.key"), "someone else").has_value());
   auto c = client({dir_.file("other.pem"), "", ""});
@@ -858,6 +931,11 @@ TEST_F(NetLocalTest, AWebSocketUpgradeIsRefusedAndGarbageIsAnswered400) {
   auto r = local_client()->request("GET", "/after");
   ASSERT_TRUE(r.has_value()) << r.error().message();
   EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(NetLocalTest, PipelinedRequestsAreEachAnsweredInTheOrderSent) {
+  constexpr int kRequests = 200;
+  EXPECT_EQ(answer_bodies(raw(pipelined_requests(kRequests, /*close_after=*/true))), pipelined_answers(kRequests));
 }
 
 TEST_F(NetLocalTest, AStaleSocketIsReplacedButALiveOneOrAnotherFileIsNot) {
