@@ -182,7 +182,8 @@ void Coordinator::on_http(const net::HttpRequest& request, Respond respond) {
     int status = caller.error().code() == ErrorCode::Unauthenticated ? 401 : 503;
     return respond(error_response(status, caller.error().message()));
   }
-  if (const auto& failing = committer_.failing(); failing && request.method != "GET" && request.method != "HEAD") {
+  if (const auto& failing = committer_.failing();
+      failing && request.method != "GET" && request.method != "HEAD" && !retries_held_submit(request, caller->user)) {
     // Refused before the ledger sees it: memory goes no further ahead of the disk.
     return respond(error_response(503, "the coordinator cannot write its database now (" + failing->message() +
                                            "); nothing was changed: try again once it can"));
@@ -204,6 +205,15 @@ Result<std::optional<Coordinator::Caller>> Coordinator::status_reader(const net:
 bool Coordinator::job_hidden_from(const std::string& owner, const Caller* caller) const {
   if (!config_.private_data.jobs) return false;
   return caller == nullptr || (!caller->admin && caller->user != owner);
+}
+
+bool Coordinator::retries_held_submit(const net::HttpRequest& request, const std::string& user) const {
+  // Its first try waits with the batch the store could not write yet: the retry waits
+  // for the same commit (SubmitKeys), as it would with a store that writes, rather than
+  // hear "refused" about a job that will exist.
+  if (request.method != "POST" || request.path != "/v1/jobs") return false;
+  auto key = SubmitKeys::key_of(request);
+  return key && !key->empty() && submit_keys_.in_flight(user, *key);
 }
 
 void Coordinator::route(const net::HttpRequest& request, const Caller& caller, Respond respond) {

@@ -117,6 +117,7 @@ class Coordinator final : public net::ServerHandler {
   void tick();
   void fatal(const Error& error);
   void store_state_changed(const Error* failing);
+  bool retries_held_submit(const net::HttpRequest& request, const std::string& user) const;
   void send(const std::string& node, const protocol::CoordinatorMessage& message);
   void on_log_data(const std::string& node, const protocol::LogData& m);
   void on_stacks(const std::string& node, const protocol::Stacks& m);

@@ -56,6 +56,10 @@ class SubmitKeys {
   std::optional<store::Change> prune_due(TimePoint now);
 
   std::size_t in_flight() const { return in_flight_.size(); }
+  // Whether this key's change waits in the batch not yet committed.
+  bool in_flight(const std::string& user, const std::string& key) const {
+    return in_flight_.contains({user, key});
+  }
 
  private:
   store::Store& store_;

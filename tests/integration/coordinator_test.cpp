@@ -1023,9 +1023,14 @@ TEST(CoordinatorFullDiskTest, AFullDiskRefusesWritesKeepsServingAndRecoversByIts
   // Submissions go on until the database must grow and cannot: from then on they are
   // refused with 503, and the one whose write failed first waits for the disk.
   std::string refusal;
+  std::string held_key;  // the submission whose answer waits for the disk
   for (int i = 0; i < 3000 && refusal.empty(); ++i) {
-    auto r = client->request("POST", "/v1/jobs", body, auth);
+    const std::string key = "full-disk-" + std::to_string(i);
+    auto keyed = auth;
+    keyed.emplace_back("Idempotency-Key", key);
+    auto r = client->request("POST", "/v1/jobs", body, keyed);
     if (!r) {
+      held_key = key;
       client = coord.client(2s);  // that request waits for the disk; carry on with another connection
       continue;
     }
@@ -1045,6 +1050,14 @@ TEST(CoordinatorFullDiskTest, AFullDiskRefusesWritesKeepsServingAndRecoversByIts
   ASSERT_TRUE(status.has_value());
   EXPECT_NE(Json::parse(status->body)["store_error"].get<std::string>(), "");
 
+  // A retry of the submission that waits for the disk is not told "refused" about a job
+  // that will exist: it waits for the same commit.
+  ASSERT_FALSE(held_key.empty());
+  auto retry_headers = auth;
+  retry_headers.emplace_back("Idempotency-Key", held_key);
+  EXPECT_FALSE(client->request("POST", "/v1/jobs", body, retry_headers).has_value());
+  client = coord.client(2s);
+
   // Space again: writes are served within about a second, without a restart.
   std::filesystem::remove(dir.file("state") + "/fill");
   const auto freed = std::chrono::steady_clock::now();
@@ -1060,6 +1073,11 @@ TEST(CoordinatorFullDiskTest, AFullDiskRefusesWritesKeepsServingAndRecoversByIts
   metrics = client->request("GET", "/metrics", "", {});
   ASSERT_TRUE(metrics.has_value());
   EXPECT_NE(metrics->body.find("\ncorral_store_failing 0\n"), std::string::npos);
+  // Its job was made once, when the disk took it.
+  auto repeated = client->request("POST", "/v1/jobs", body, retry_headers);
+  ASSERT_TRUE(repeated.has_value());
+  EXPECT_EQ(repeated->status, 201) << repeated->body;
+  EXPECT_EQ(Json::parse(repeated->body).value("repeated", false), true) << repeated->body;
 
   // Nothing acknowledged was lost: every 201 is on disk after a SIGKILL.
   coord.kill9();
