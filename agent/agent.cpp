@@ -89,8 +89,8 @@ std::size_t Agent::running_ranks() const {
 void Agent::kill_orphans() {
   // Ranks an earlier agent process started: nobody watches them any more, and this
   // process cannot wait for them. Kill them, unless the pid was reused since, and report
-  // each as ended: a coordinator that did not notice the restart (it took less than
-  // node_timeout) still counts them as running, and fails or requeues their job now. A
+  // each as ended: a coordinator that did not lose this node (the restart took less than
+  // node_lost_timeout) still counts them as running, and fails or requeues their job now. A
   // rank that ended under the earlier agent, which could not get its report acknowledged,
   // is reported as it ended. Each marker goes once its report is acknowledged. Each
   // attempt is then swept as one whose ranks ended here, and confirmed gone (AttemptGone).

@@ -141,8 +141,9 @@ int main(int argc, char** argv) {
   spdlog::info("corral-agent {} started: advertising {}, ports {}-{}, spool {}", config->node, config->advertise,
                config->ports.first, config->ports.last, config->spool);
   loop.on_shutdown_signal([&](int sig) {
-    // Ranks are not waited for: the coordinator loses this node after node_timeout, and
-    // an agent started again kills what this one left (its spool lists them).
+    // Ranks are not waited for: the coordinator places nothing here after node_timeout
+    // and loses this node after node_lost_timeout, and an agent started again kills what
+    // this one left (its spool lists them).
     spdlog::info("signal {}: stopping", sig);
     agent.stop();
     loop.stop();

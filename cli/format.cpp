@@ -329,6 +329,19 @@ std::string format_job(const JobInfo& job, TimePoint now) {
   return out;
 }
 
+namespace {
+
+// The node's reason, and for a node whose agent is away or silent but not lost yet, since
+// when and until when its jobs are taken for running.
+std::string node_reason(const NodeInfo& n) {
+  if (n.silent_since.empty() || n.state == "down") return n.reason;
+  std::string silence = "agent silent since " + n.silent_since;
+  if (!n.lost_at.empty()) silence += ", lost at " + n.lost_at;
+  return n.reason.empty() ? silence : n.reason + "; " + silence;
+}
+
+}  // namespace
+
 std::string format_node_summary(const std::vector<NodeInfo>& nodes) {
   Table table({"NAME", "STATE", "GPUS", "USED", "CLASS", "ADDRESS", "SIMULATED", "REASON"});
   for (const auto& n : nodes) {
@@ -347,8 +360,8 @@ std::string format_node_summary(const std::vector<NodeInfo>& nodes) {
       used = static_cast<int>(std::count_if(n.gpus.begin(), n.gpus.end(), [](const GpuInfo& g) { return g.job.has_value(); }));
       classes.push_back("(see --gpus)");
     }
-    table.add({cell(n.name), cell(n.state), std::to_string(gpus), std::to_string(used), cell(join(classes, "; ")),
-               cell(n.address), n.simulated ? "yes" : "no", cell(n.reason)});
+    table.add({cell(n.name), cell(n.state), std::to_string(gpus), std::to_string(used),
+               cell(join(classes, "; ")), cell(n.address), n.simulated ? "yes" : "no", cell(node_reason(n))});
   }
   return table.render();
 }
@@ -357,7 +370,7 @@ std::string format_nodes(const std::vector<NodeInfo>& nodes) {
   Table node_table({"NAME", "STATE", "REASON", "ADDRESS", "GPUS", "SIMULATED"});
   Table gpu_table({"GPU", "PRODUCT", "MEMORY", "DRIVER", "CUDA", "JOB"});
   for (const auto& n : nodes) {
-    node_table.add({cell(n.name), cell(n.state), cell(n.reason), cell(n.address),
+    node_table.add({cell(n.name), cell(n.state), cell(node_reason(n)), cell(n.address),
                     std::to_string(n.gpus.size()), n.simulated ? "yes" : "no"});
     for (const auto& g : n.gpus) {
       gpu_table.add({std::to_string(g.index), cell(g.name), std::to_string(g.memory_mib) + " MiB",

@@ -177,6 +177,8 @@ NodeInfo read_node(const Json& j, const std::string& path, JsonReader& parent) {
   n.simulated = r.boolean("simulated", false);
   n.connected = r.boolean("connected", false);
   n.last_seen = text(r, "last_seen");
+  n.silent_since = text(r, "silent_since");
+  n.lost_at = text(r, "lost_at");
   n.driver = text(r, "driver");
   n.cuda = text(r, "cuda");
   if (const Json* gpus = r.array("gpus", kMaxItems, false)) {

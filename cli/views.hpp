@@ -112,6 +112,10 @@ struct NodeInfo {
   bool simulated = false;
   bool connected = false;
   std::string last_seen;
+  // Its agent away or silent: since when, and when the node is lost if that goes on
+  // (empty otherwise, and from a coordinator that does not say).
+  std::string silent_since;
+  std::string lost_at;
   std::string driver;
   std::string cuda;
   std::vector<GpuInfo> gpus;

@@ -30,7 +30,11 @@ struct CoordinatorConfig {
   // TLS); empty: none.
   std::string local_socket;
   Duration heartbeat_interval = std::chrono::seconds(1);
+  // Silent this long: the node takes no new job (NodeDown), its jobs run on.
   Duration node_timeout = std::chrono::seconds(5);
+  // Silent this long: the node is lost, its jobs end NODE_FAIL or are requeued (as
+  // Slurm's SlurmdTimeout). A network blip must not end healthy training.
+  Duration node_lost_timeout = std::chrono::minutes(5);
   Duration reconnect_grace = std::chrono::seconds(30);
   Duration kill_grace = std::chrono::seconds(10);
   Duration schedule_interval = std::chrono::seconds(1);

@@ -1,5 +1,6 @@
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -81,6 +82,11 @@ Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::s
   f.key("local_socket", string_into(c.local_socket));
   f.key("heartbeat_interval", duration_into(c.heartbeat_interval));
   f.key("node_timeout", duration_into(c.node_timeout));
+  bool lost_timeout_set = false;
+  f.key("node_lost_timeout", [&c, &lost_timeout_set](const std::string& v) {
+    lost_timeout_set = true;
+    return duration_into(c.node_lost_timeout)(v);
+  });
   f.key("reconnect_grace", duration_into(c.reconnect_grace));
   f.key("kill_grace", duration_into(c.kill_grace));
   f.key("schedule_interval", duration_into(c.schedule_interval));
@@ -94,6 +100,14 @@ Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::s
   if (c.node_timeout <= c.heartbeat_interval) {
     return make_error(ErrorCode::InvalidArgument,
                       std::string(file_name) + ": node_timeout must be longer than heartbeat_interval");
+  }
+  // Left out, it follows a node_timeout set longer than its default.
+  if (!lost_timeout_set) c.node_lost_timeout = std::max(c.node_lost_timeout, c.node_timeout);
+  if (c.node_lost_timeout < c.node_timeout) {
+    return make_error(ErrorCode::InvalidArgument, std::string(file_name) + ": node_lost_timeout (" +
+                                                      format_duration(c.node_lost_timeout) +
+                                                      ") must be at least node_timeout (" +
+                                                      format_duration(c.node_timeout) + ")");
   }
   return c;
 }

@@ -79,6 +79,14 @@ bool Ledger::connected(const std::string& node) const {
   return l != nullptr && l->connected;
 }
 
+std::optional<TimePoint> Ledger::lost_at(const std::string& node) const {
+  const Link* l = link(node);
+  if (l == nullptr || l->lost || (l->connected && !l->silent)) return std::nullopt;
+  // After a restart, an agent that is not back when the grace ends is lost then.
+  if (in_grace_) return grace_ends_;
+  return l->last_seen + lost_timeout();
+}
+
 void Ledger::send(const std::string& node, protocol::CoordinatorMessage message) {
   if (auto it = links_.find(node); it != links_.end() && !it->second.foreign.empty() &&
                                    !std::holds_alternative<protocol::Welcome>(message)) {
@@ -395,7 +403,10 @@ Result<void> Ledger::cancel(model::JobId id, const std::string& user, bool admin
 Result<void> Ledger::set_drained(const std::string& name, bool drained, const std::string& reason, TimePoint now) {
   now_ = now;
   if (scheduler_.node(name) == nullptr) return make_error(ErrorCode::NotFound, "no node " + name);
-  bool up = connected(name);
+  // A node whose agent is away but not lost yet is resumed as up: it still takes no new
+  // job (NodeDown) until its agent is back, and is lost at node_lost_timeout if it is not.
+  const Link* l = link(name);
+  bool up = l != nullptr && (l->connected || !l->lost);
   model::NodeState target = drained ? model::NodeState::Drained : (up ? model::NodeState::Up : model::NodeState::Down);
   auto r = scheduler_.set_node_state(name, target, drained ? reason : (up ? "" : "agent not connected"), now);
   if (!r) return make_error(ErrorCode::InvalidArgument, r.error().message());
@@ -459,8 +470,8 @@ void Ledger::agent_disconnected(const std::string& node) {
   if (it == links_.end()) return;
   it->second.connected = false;
   it->second.synced = false;
-  // The node is not down yet: it has node_timeout from its last heartbeat to come back.
-  // Its jobs stay, but no new job goes there (pending reason NodeDown) until it does.
+  // The node is not lost: it has node_lost_timeout from its last heartbeat to come back,
+  // and its jobs run on. But no new job goes there (pending reason NodeDown) until it does.
   (void)scheduler_.set_reachable(node, false);
 }
 
@@ -743,13 +754,16 @@ void Ledger::tick(TimePoint now) {
   for (model::JobId id : watched) {
     if (Job* job = live(id)) check_rendezvous(*job);
   }
-  // Silent nodes are down: their jobs are lost (or requeued) and torn down elsewhere.
-  // Heartbeats only move a link's last_seen on, so no link falls silent before the
-  // earliest deadline the last walk saw, unless a link was added since (or came back from
+  // Silent nodes: at node_timeout they take no new job and their jobs are told; at
+  // node_lost_timeout they are lost, their jobs with them (or requeued) and torn down
+  // elsewhere. A network blip or a stalled agent must not end healthy training.
+  // Heartbeats only move a link's last_seen on, so no link reaches a deadline before the
+  // earliest one the last walk saw, unless a link was added since (or came back from
   // lost, which agent_hello says): 2,000 links are walked every few seconds, not 4 times a
   // second.
-  // (A deadline further off than node_timeout means the wall clock stepped back: walk.)
-  if (now < next_silence_check_ && next_silence_check_ - now <= config_.node_timeout &&
+  // (A deadline further off than node_lost_timeout means the wall clock stepped back: walk.)
+  const Duration lost_after = lost_timeout();
+  if (now < next_silence_check_ && next_silence_check_ - now <= lost_after &&
       links_.size() == links_at_silence_check_) {
     return;
   }
@@ -759,17 +773,67 @@ void Ledger::tick(TimePoint now) {
     // (The time first: looking each of 2,000 nodes up by name, 4 times a second, was 6 %
     // of an idle coordinator's CPU samples.)
     if (link.lost) continue;
-    if (now - link.last_seen <= config_.node_timeout) {
+    const Duration silent_for = now - link.last_seen;
+    if (silent_for <= config_.node_timeout) {
       next_silence_check_ = std::min(next_silence_check_, link.last_seen + config_.node_timeout);
       continue;
     }
     const auto* node = scheduler_.node(name);
     if (node == nullptr || node->state == model::NodeState::Down) continue;
-    std::string reason = link.connected ? "no heartbeat for " + format_duration(now - link.last_seen)
-                                        : "agent disconnected";
+    if (silent_for <= lost_after) {
+      if (!link.silent) node_silent(name, link);
+      next_silence_check_ = std::min(next_silence_check_, link.last_seen + lost_after);
+      continue;
+    }
+    bool link_open = link.silent ? link.silent_link_open : link.connected;
+    std::string reason = (link_open ? "no heartbeat for " : "agent disconnected, nothing heard for ") +
+                         format_duration(silent_for);
     node_lost(name, reason);
     if (link.connected) out_.close.emplace_back(name, "node timed out");
   }
+}
+
+std::vector<model::JobId> Ledger::jobs_on(const std::string& node) const {
+  std::vector<model::JobId> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.record.allocation || !model::holds_resources(job.record.state)) continue;
+    bool there = std::any_of(job.record.ranks.begin(), job.record.ranks.end(),
+                             [&](const auto& r) { return r.node == node && !r.gone; });
+    if (there) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Not lost yet: its ranks may well run on (a network blip, a stalled agent), and an agent
+// back within node_lost_timeout lists them in its Hello and carries on. A job whose rank
+// elsewhere fails still ends at once; its ranks here stay held until this agent confirms
+// them dead (its Kill goes out after it Synced) or the node is lost and they are fenced.
+void Ledger::node_silent(const std::string& name, Link& link) {
+  const Duration silent_for = now_ - link.last_seen;
+  link.silent = true;
+  link.silent_link_open = link.connected;
+  (void)scheduler_.set_reachable(name, false);
+  link.silent_from = link.last_seen;
+  if (link.connected) {
+    // Heartbeats stopped on an open link: it is as good as dead (the WebSocket idle
+    // timeout would close it too), and the agent dials again and says what it runs in its
+    // Hello. Until the close is done, what comes on it is still applied: the service
+    // acknowledges it.
+    out_.close.emplace_back(name, "no heartbeat for " + format_duration(silent_for));
+  }
+  spdlog::warn("node {} is silent ({} for {}): no new job goes there; it is lost at {}", name,
+               link.silent_link_open ? "no heartbeat" : "agent disconnected", format_duration(silent_for),
+               format_time(link.last_seen + lost_timeout()));
+  for (model::JobId id : jobs_on(name)) {
+    std::string text = "node " + name + " is silent (" +
+                       (link.silent_link_open ? "no heartbeat" : "its agent disconnected") +
+                       ", nothing heard for " + format_duration(silent_for) +
+                       "): its ranks there are taken for running until " +
+                       format_time(link.last_seen + lost_timeout()) + " (node_lost_timeout), then lost";
+    out_.changes.push_back({{store::AppendEvent{{id, now_, std::move(text)}}}});
+  }
+  out_.pass_wanted = true;  // pending reasons: NodeDown
 }
 
 void Ledger::node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions) {
@@ -815,11 +879,14 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
   now_ = now;
   Link& link = links_[name];
   link.connected = true;
-  link.last_seen = now;
   link.driver = hello.driver;
   link.cuda = hello.cuda;
   link.reported = hello.running;
+  // Back from a silence its jobs were told of (a loss ended that story instead).
+  if (link.silent && !link.lost) link.back_after = now - link.silent_from;
+  link.last_seen = now;
   link.lost = false;
+  link.silent = false;
   link.synced = false;
   ++link.generation;
   link.foreign = !hello.cluster.empty() && !cluster_.empty() && hello.cluster != cluster_ ? hello.cluster : "";
@@ -904,6 +971,15 @@ void Ledger::on_synced(const std::string& node) {
   }
   for (model::JobId id : ids) {
     if (Job* job = live(id)) resume_launch(*job, node);
+  }
+  if (link.back_after) {
+    for (model::JobId id : jobs_on(node)) {
+      out_.changes.push_back({{store::AppendEvent{
+          {id, now_,
+           "node " + node + " is back after " + format_duration(*link.back_after) + " of silence"}}}});
+    }
+    spdlog::info("node {} is back after {} of silence", node, format_duration(*link.back_after));
+    link.back_after.reset();
   }
   kill_unconfirmed(node);
   reconcile(node);
@@ -1180,11 +1256,11 @@ void Ledger::check_rendezvous(Job& job) {
                          "MASTER_ADDR/MASTER_PORT; the rendezvous deadline is not applied");
     return;
   }
-  // A node whose agent is away may hold check-ins in its outbox: judged once it is back
-  // (a node that stays away is lost, and its job with it, at node_timeout).
+  // A node whose agent is away (or silent) may hold check-ins in its outbox: judged once
+  // it is back (a node that stays away is lost, and its job with it, at node_lost_timeout).
   for (const auto& [node, ranks] : missing) {
     const Link* l = link(node);
-    if (l == nullptr || !l->connected || !l->synced) return;
+    if (l == nullptr || !l->connected || !l->synced || l->silent) return;
   }
   rv.phase = Phase::Inspecting;
   rv.answers_by = now_ + kInspectAnswerTime;

@@ -7,6 +7,7 @@
 // runs the same under the coordinator's event loop and under the deterministic
 // simulation (tests/unit/ledger). Not thread-safe: one caller at a time.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -100,6 +101,14 @@ class Ledger {
     model::CudaVersion cuda;
     std::vector<protocol::RunningRank> reported;  // from its last Hello
     bool lost = false;                            // declared gone (its jobs lost) since its last Hello
+    // Silent past node_timeout since its last Hello: no new job goes there, its jobs were
+    // told once, and they run on until node_lost_timeout. What fell silent (a heartbeat
+    // that stopped on an open link, or a link that closed) names the loss, if it comes.
+    bool silent = false;
+    bool silent_link_open = false;
+    TimePoint silent_from{};  // its last_seen when it was found silent
+    // Back from such a silence, after this long: its jobs are told once it has Synced.
+    std::optional<Duration> back_after;
     std::uint64_t generation = 0;                 // counts Hellos
     bool synced = false;                          // Synced since its last Hello
     // The agent serves another cluster (its Hello named it): held, never obeyed or heard
@@ -153,7 +162,8 @@ class Ledger {
   // ---- time
   // One scheduling pass (time limits, placements); nothing while in the reconnect grace.
   void schedule(TimePoint now);
-  // Ends the reconnect grace when due; silent nodes are lost.
+  // Ends the reconnect grace when due. A node silent for node_timeout takes no new job and
+  // its jobs are told (their ranks run on); silent for node_lost_timeout, it is lost.
   void tick(TimePoint now);
 
   // ---- agents (the node name comes from the agent's certificate)
@@ -171,6 +181,9 @@ class Ledger {
   const sched::Scheduler& scheduler() const { return scheduler_; }
   bool in_grace() const { return in_grace_; }
   bool connected(const std::string& node) const;
+  // When the node is lost if its agent stays away: nullopt while its agent is connected
+  // and heard from (or the node is lost already, or unknown).
+  std::optional<TimePoint> lost_at(const std::string& node) const;
   const LedgerStats& stats() const { return stats_; }
   // The live elements of array `array` (its first element's id), in index order.
   std::vector<model::JobId> array_elements(model::JobId array) const;
@@ -229,6 +242,13 @@ class Ledger {
   bool all_running_nodes_synced() const;
   void node_changed(const model::Node& node, const std::vector<sched::Decision>& decisions);
   void node_lost(const std::string& name, const std::string& reason);
+  // Silent past node_timeout: no new job there, its link closed, each job with ranks
+  // there told once. Lost only at node_lost_timeout.
+  void node_silent(const std::string& name, Link& link);
+  // The live jobs with ranks on `node` not yet confirmed gone, in id order.
+  std::vector<model::JobId> jobs_on(const std::string& node) const;
+  // How long a node may be silent before it is lost (never shorter than node_timeout).
+  Duration lost_timeout() const { return std::max(config_.node_lost_timeout, config_.node_timeout); }
   void on_health(const std::string& node, const protocol::Health& health);
   void on_prepare_result(const std::string& node, const protocol::PrepareResult& m);
   store::RankRecord* own_rank(Job* job, const std::string& node, int attempt, int rank);

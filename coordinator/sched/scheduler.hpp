@@ -120,8 +120,8 @@ class Scheduler {
   Result<std::vector<Decision>> update_node(const model::Node& node, TimePoint now);
   Result<std::vector<Decision>> set_node_state(std::string_view name, model::NodeState state,
                                                std::string reason, TimePoint now);
-  // Whether the node's agent is connected. A node that is not gets no new job (pending
-  // reason NodeDown); its jobs are not lost by this alone (node_timeout decides that).
+  // Whether the node's agent is connected and heard from. If not, the node gets no new job (pending
+  // reason NodeDown), but its jobs are not lost by this alone (node_lost_timeout decides that).
   // A node is reachable when first added; the coordinator marks the nodes it reloads
   // after a restart unreachable until their agent says hello.
   Result<void> set_reachable(std::string_view name, bool reachable);

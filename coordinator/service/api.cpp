@@ -939,6 +939,10 @@ net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request) {
     if (const auto* link = ledger_.link(node->name)) {
       v.connected = link->connected;
       v.last_seen = link->last_seen;
+      if (!link->connected || link->silent) {
+        v.silent_since = link->silent ? link->silent_from : link->last_seen;
+      }
+      v.lost_at = ledger_.lost_at(node->name);
       v.driver = link->driver;
       v.cuda = link->cuda.to_string();
     }
@@ -979,6 +983,13 @@ net::HttpResponse Coordinator::drain_node(const std::string& name, const net::Ht
   NodeView v;
   v.node = ledger_.scheduler().node(name);
   v.connected = connected;
+  if (const auto* link = ledger_.link(name)) {
+    v.last_seen = link->last_seen;
+    if (!link->connected || link->silent) {
+      v.silent_since = link->silent ? link->silent_from : link->last_seen;
+    }
+    v.lost_at = ledger_.lost_at(name);
+  }
   for (const auto& g : v.node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(name, g.index));
   return json_response(200, node_json(v));
 }

@@ -162,6 +162,8 @@ Json node_json(const NodeView& view, NodeGpus listed) {
               {"simulated", n.simulated},
               {"connected", view.connected},
               {"last_seen", time_json(view.last_seen)},
+              {"silent_since", time_json(view.silent_since)},
+              {"lost_at", time_json(view.lost_at)},
               {"driver", view.driver},
               {"cuda", view.cuda},
               {"ports", Json::array({n.ports.first, n.ports.last})},
@@ -172,8 +174,11 @@ void NodeListing::append(const NodeView& view, NodeGpus gpus, std::string& out) 
   const model::Node& n = *view.node;
   auto it = entries_.find(n.name);
   if (it == entries_.end() || it->second.node != n || it->second.connected != view.connected ||
-      it->second.driver != view.driver || it->second.cuda != view.cuda || it->second.holders != view.holders) {
-    it = entries_.insert_or_assign(n.name, Entry{n, view.connected, view.driver, view.cuda, view.holders, {}}).first;
+      it->second.silent_since != view.silent_since || it->second.lost_at != view.lost_at ||
+      it->second.driver != view.driver || it->second.cuda != view.cuda ||
+      it->second.holders != view.holders) {
+    Entry entry{n, view.connected, view.silent_since, view.lost_at, view.driver, view.cuda, view.holders, {}};
+    it = entries_.insert_or_assign(n.name, std::move(entry)).first;
   }
   auto& split = it->second.renderings[static_cast<std::size_t>(gpus)];
   if (split.head.empty()) {

@@ -40,6 +40,10 @@ struct NodeView {
   const model::Node* node = nullptr;
   bool connected = false;
   std::optional<TimePoint> last_seen;
+  // Its agent is away or silent: since when nothing was heard from it, and when the node
+  // is lost if that goes on (node_lost_timeout). Unset while it is heard from.
+  std::optional<TimePoint> silent_since;
+  std::optional<TimePoint> lost_at;
   std::string driver;
   std::string cuda;
   std::vector<std::optional<model::JobId>> holders;  // per GPU, in node.gpus order
@@ -66,6 +70,8 @@ class NodeListing {
   struct Entry {
     model::Node node;
     bool connected = false;
+    std::optional<TimePoint> silent_since;
+    std::optional<TimePoint> lost_at;
     std::string driver;
     std::string cuda;
     std::vector<std::optional<model::JobId>> holders;

@@ -45,6 +45,7 @@ class NetnsCluster : public ::testing::Test {
  protected:
   static constexpr int kAgents = 3;
   static constexpr std::chrono::milliseconds kNodeTimeout = testing::CoordinatorProcess::kNodeTimeout;
+  static constexpr std::chrono::milliseconds kNodeLostTimeout = testing::CoordinatorProcess::kNodeLostTimeout;
 
   // One simulated inventory (YAML) per agent. By default every node has two GPUs of one class.
   virtual std::vector<std::string> inventories() const {

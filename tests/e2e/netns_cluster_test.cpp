@@ -535,7 +535,7 @@ TEST_F(NetnsCluster, ASigkilledAgentsNodeGoesDownAndItsJobEndsNodeFailWithinTheT
   EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
   auto failed_at = event_time(j, "RUNNING -> ENDING (NODE_FAIL");
   ASSERT_TRUE(failed_at.has_value()) << j.dump(2);
-  EXPECT_LT(*failed_at - killed_at, kNodeTimeout + 1s) << j.dump(2);
+  EXPECT_LT(*failed_at - killed_at, kNodeLostTimeout + 1s) << j.dump(2);
   Json n = node(lost);
   EXPECT_EQ(n["state"], "down");
   EXPECT_EQ(n["connected"], false);
@@ -566,7 +566,7 @@ TEST_F(NetnsCluster, AJobWithARetryRunsAgainOnTheNodesLeftAfterOneIsLost) {
   // The lost attempt was given up (and the job requeued) as fast as a NODE_FAIL.
   auto requeued_at = event_time(j, "RUNNING -> ENDING (requeued");
   ASSERT_TRUE(requeued_at.has_value()) << j.dump(2);
-  EXPECT_LT(*requeued_at - killed_at, kNodeTimeout + 1s) << j.dump(2);
+  EXPECT_LT(*requeued_at - killed_at, kNodeLostTimeout + 1s) << j.dump(2);
   for (const auto& name : j["node_list"]) EXPECT_NE(name, lost);
   std::string master = address_of(j["ranks"][0]["node"]);
   EXPECT_EQ(j["master_addr"], master);
@@ -615,7 +615,7 @@ TEST_F(NetnsCluster, ACutLinkLosesTheNodeAndWhenItReturnsTheAgentRejoinsAndKills
   EXPECT_EQ(j["state"], "NODE_FAIL") << j.dump(2);
   auto failed_at = event_time(j, "RUNNING -> ENDING (NODE_FAIL");
   ASSERT_TRUE(failed_at.has_value()) << j.dump(2);
-  EXPECT_LT(*failed_at - cut_at, kNodeTimeout + 1s) << j.dump(2);
+  EXPECT_LT(*failed_at - cut_at, kNodeLostTimeout + 1s) << j.dump(2);
   EXPECT_EQ(node(cut)["state"], "down") << node(cut).dump();
   EXPECT_TRUE(all_gone(pids_on(before, kept)));
   // Nobody could tell the cut-off host: its ranks still run.

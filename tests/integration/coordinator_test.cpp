@@ -337,7 +337,7 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobNodeFail) {
   auto kill = a.expect<protocol::Kill>(5s);
   ASSERT_TRUE(kill.has_value());
   auto took = std::chrono::steady_clock::now() - started;
-  EXPECT_LT(took, 1500ms + 1s);  // node_timeout plus a second
+  EXPECT_LT(took, CoordinatorProcess::kNodeLostTimeout + 1s);  // node_lost_timeout plus a second
   Json j = job(id);
   EXPECT_EQ(j["state"], "ENDING");
   EXPECT_EQ(j["outcome"], "NODE_FAIL");
@@ -510,7 +510,7 @@ TEST_F(CoordinatorTest, NoJobIsPlacedOnANodeWhoseAgentIsDisconnected) {
   ScriptedAgent b(coord_.url(), certs_, hello_for("gpu-b", "10.0.0.2", 2));
   ASSERT_TRUE(a.connect());
   ASSERT_TRUE(b.connect());
-  b.disconnect();  // within node_timeout: the node is not down yet, but unreachable
+  b.disconnect();  // within node_lost_timeout: the node is not down yet, but unreachable
   model::JobId id = submit(kTwoNodeJob);
   EXPECT_FALSE(a.expect<protocol::Prepare>(500ms).has_value());
   Json j = job(id);

@@ -31,6 +31,11 @@ LedgerSim::LedgerSim(std::uint64_t seed, std::string db_path)
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db_path_ + suffix, ec);
   config_.heartbeat_interval = 200ms;
   config_.node_timeout = 1500ms;
+  // Stalls and outages run from a fraction of a second to several: some end within
+  // node_timeout, some between it and node_lost_timeout (the node's jobs must run on),
+  // some past it (a real loss). As long as the reconnect grace, so that an agent not back
+  // when a restarted coordinator's grace ends was silent that long too.
+  config_.node_lost_timeout = 3s;
   config_.reconnect_grace = 3s;
   config_.kill_grace = 1s;
   int n = pick(2, 4);
@@ -148,7 +153,7 @@ void LedgerSim::commit_effects() {
 }
 
 void LedgerSim::deliver_to_coordinator(Agent& a) {
-  if (!ledger_ || !a.connected || a.to_coordinator.empty()) return;
+  if (!ledger_ || !a.connected || a.stalled_until || a.to_coordinator.empty()) return;
   protocol::AgentMessage m = std::move(a.to_coordinator.front());
   a.to_coordinator.pop_front();
   if (trace_) std::fprintf(stderr, "%d %s -> coordinator: %s\n", step_, a.name.c_str(), protocol::encode(m).substr(0, 160).c_str());
@@ -185,7 +190,7 @@ void LedgerSim::agent_send(Agent& a, protocol::AgentMessage m) {
 }
 
 void LedgerSim::agent_connect(Agent& a) {
-  if (!a.up || a.connected || !ledger_) return;
+  if (!a.up || a.connected || a.stalled_until || !ledger_) return;
   a.connected = true;
   a.welcomed = false;
   const model::Node& node = *std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.name == a.name; });
@@ -229,6 +234,7 @@ void LedgerSim::agent_crash(Agent& a) {
   ++stats_.agent_crashes;
   agent_drop_link(a);
   a.up = false;
+  a.stalled_until.reset();
   a.outbox.clear();  // its memory is gone; its ranks live on, orphans
   a.finished.clear();
   for (const auto& [key, idx] : a.attempts) {
@@ -297,7 +303,7 @@ void LedgerSim::agent_kill(Agent& a, const Key& key, bool grace) {
 }
 
 void LedgerSim::deliver_to_agent(Agent& a) {
-  if (!a.up || !a.connected || a.to_agent.empty()) return;
+  if (!a.up || !a.connected || a.stalled_until || a.to_agent.empty()) return;
   protocol::CoordinatorMessage m = std::move(a.to_agent.front());
   a.to_agent.pop_front();
   if (trace_) std::fprintf(stderr, "%d coordinator -> %s: %s\n", step_, a.name.c_str(), protocol::encode(m).substr(0, 160).c_str());
@@ -384,17 +390,22 @@ void LedgerSim::deliver_to_agent(Agent& a) {
 void LedgerSim::advance(Duration d) {
   now_ += d;
   for (auto& a : agents_) {
-    if (ledger_ && !a.synced) {
+    if (a.stalled_until && now_ >= *a.stalled_until) {
+      a.stalled_until.reset();
+      if (a.synced) a.outage = Duration{};  // its link outlived the stall: nothing was missed
+    }
+    if (ledger_ && (!a.synced || a.stalled_until)) {
       a.outage += d;
-      // Away longer than node_timeout while the coordinator ran: a real loss.
-      if (a.outage > config_.node_timeout) {
+      // Silent for node_lost_timeout while the coordinator ran: a real loss.
+      // (Shorter, between node_timeout and it, the node's jobs must run on.)
+      if (a.outage >= config_.node_lost_timeout) {
         // Every attempt with a rank here: its end may still be held back by the agent.
         for (const auto& p : procs_) {
           if (p.node == a.name) excused_.insert({p.job, p.attempt});
         }
       }
     }
-    if (!a.up) continue;
+    if (!a.up || a.stalled_until) continue;
     // SIGKILL after the grace for ranks that ignored SIGTERM.
     for (auto& [key, idx] : a.attempts) {
       (void)key;
@@ -434,7 +445,8 @@ void LedgerSim::step(bool faults) {
   // Heartbeats arrive on time from every agent that is up and welcomed (their order
   // among the other messages changes nothing).
   for (auto& a : agents_) {
-    if (a.up && a.connected && a.welcomed) ledger_->agent_message(a.name, protocol::Heartbeat{}, now_);
+    if (a.up && a.connected && a.welcomed && !a.stalled_until)
+      ledger_->agent_message(a.name, protocol::Heartbeat{}, now_);
   }
   int op = pick(0, 99);
   if (faults && op < 12) {
@@ -472,7 +484,8 @@ void LedgerSim::step(bool faults) {
     // A rank ends by itself: mostly exit 0.
     std::vector<std::size_t> alive;
     for (std::size_t i = 0; i < procs_.size(); ++i) {
-      if (procs_[i].alive && agent(procs_[i].node).up && !procs_[i].sigkill_at) alive.push_back(i);
+      const Agent& on = agent(procs_[i].node);
+      if (procs_[i].alive && on.up && !on.stalled_until && !procs_[i].sigkill_at) alive.push_back(i);
     }
     if (alive.empty()) return;
     std::size_t i = alive[static_cast<std::size_t>(pick(0, static_cast<int>(alive.size()) - 1))];
@@ -495,7 +508,15 @@ void LedgerSim::step(bool faults) {
     agent_restart(agents_[static_cast<std::size_t>(pick(0, static_cast<int>(agents_.size()) - 1))]);
   } else {
     Agent& a = agents_[static_cast<std::size_t>(pick(0, static_cast<int>(agents_.size()) - 1))];
-    if (a.connected) agent_drop_link(a);
+    if (chance(0.5)) {
+      if (a.connected) agent_drop_link(a);
+    } else if (a.up && !a.stalled_until) {
+      // Stopped for 0.3 s to 8 s (node_timeout is 1.5 s, node_lost_timeout 3 s), its link left open.
+      a.stalled_until = now_ + Duration(pick(300, 8000));
+      if (trace_)
+        std::fprintf(stderr, "%d %s stalls until +%lld ms\n", step_, a.name.c_str(),
+                     static_cast<long long>((*a.stalled_until - now_).count()));
+    }
   }
 }
 
@@ -610,7 +631,7 @@ std::optional<std::string> LedgerSim::run(int fault_steps) {
     if (rec.fenced()) return fail("job " + std::to_string(rec.id) + " still holds a fence");
     if (rec.state == JobState::Completed) ++stats_.completed;
     // Every rank of its last attempt exited 0 by itself: COMPLETED, unless a real loss
-    // (a node away longer than node_timeout, an agent crash) ended it first.
+    // (a node silent longer than node_lost_timeout, an agent crash) ended it first.
     std::vector<const Proc*> last;
     for (const auto& p : procs_) {
       if (p.job == rec.id && p.attempt == rec.attempt) last.push_back(&p);

@@ -5,7 +5,8 @@
 // agent), simulated rank processes (some ignore SIGTERM), a fake clock, and a seeded
 // fault injector: coordinator crashes at any step (also between a decision and its
 // commit) and restarts that reopen the database, agent crashes and restarts, dropped
-// links, delayed and interleaved messages. After every step it checks the scheduler's
+// links, stalled agents (silent for less or more than node_lost_timeout), delayed and
+// interleaved messages. After every step it checks the scheduler's
 // promises against the simulated truth; a failure names its seed and step, and
 // `run(seed)` replays it exactly.
 
@@ -80,7 +81,10 @@ class LedgerSim {
     // The spool, which outlives agent processes: every rank started here, and how it
     // ended once that is known (rank logs and their .exit files).
     std::map<std::tuple<model::JobId, int, int>, std::optional<std::pair<int, int>>> spool;
-    Duration outage{};                                  // link down while the coordinator is up
+    Duration outage{};  // link down (or agent stalled) while the coordinator is up
+    // Stopped (SIGSTOP, a hung kernel) until then: it hears nothing, says nothing, and
+    // notices nothing of its ranks; they run on.
+    std::optional<TimePoint> stalled_until;
     std::uint64_t received = 0;                         // coordinator side: reports on this link
     std::uint64_t ack_sent = 0;
   };

@@ -31,8 +31,11 @@ inline std::vector<std::string> placed(const Placement& where, std::vector<std::
 
 class CoordinatorProcess {
  public:
-  // Nodes not heard from for this long are down (the node_timeout start() configures).
+  // Nodes not heard from for this long take no new job (the node_timeout start()
+  // configures), and are lost (node_lost_timeout) after kNodeLostTimeout: as short, so
+  // that tests of a loss run quickly, unless `settings` names node_lost_timeout.
   static constexpr std::chrono::milliseconds kNodeTimeout{1500};
+  static constexpr std::chrono::milliseconds kNodeLostTimeout = kNodeTimeout;
 
   // `admin` names the first admin (whose token token() is); jobs it submits run as
   // that Unix user on real agents. The server certificate names `where.address`.
@@ -48,6 +51,8 @@ class CoordinatorProcess {
   }
 
   bool init_ok() const { return init_ok_; }
+  // More settings for the next start().
+  void add_settings(const std::string& lines) { settings_ += lines; }
   const std::string& token() const { return token_; }
   std::string ca() const { return state_dir_ + "/ca.pem"; }
   std::string database() const { return state_dir_ + "/corral.db"; }
@@ -64,6 +69,9 @@ class CoordinatorProcess {
     std::ofstream(config_) << "listen: " << where_.address << ":" << port_ << "\nstate_dir: " << state_dir_
                            << "\nheartbeat_interval: 100ms\nnode_timeout: " << kNodeTimeout.count()
                            << "ms\nreconnect_grace: 3s\nkill_grace: 1s\nschedule_interval: 200ms\n"
+                           << (settings_.find("node_lost_timeout:") == std::string::npos
+                                   ? "node_lost_timeout: " + std::to_string(kNodeLostTimeout.count()) + "ms\n"
+                                   : std::string())
                            << settings_;
     std::filesystem::remove(port_file_);
     if (!child_.start(placed(where_, {CORRAL_COORDINATOR_BIN, "--config", config_, "--port-file", port_file_}))) {

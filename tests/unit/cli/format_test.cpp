@@ -305,6 +305,25 @@ constexpr std::string_view kNodeClassesJson = R"([
    "connected": false, "last_seen": null, "driver": "", "cuda": "", "ports": [29500, 29999], "gpu_classes": []}
 ])";
 
+TEST(FormatNodes, ANodeWhoseAgentIsSilentSaysSinceWhenAndWhenItIsLost) {
+  auto nodes = parse_nodes(R"([
+  {"name": "gpu-a", "address": "10.0.0.11", "state": "up", "reason": "", "simulated": false, "connected": false,
+   "last_seen": "2026-12-02T11:59:50.000Z", "silent_since": "2026-12-02T11:59:50.000Z",
+   "lost_at": "2026-12-02T12:04:50.000Z", "driver": "", "cuda": "", "ports": [29500, 29999], "gpu_classes": []},
+  {"name": "gpu-b", "address": "10.0.0.12", "state": "down", "reason": "no heartbeat for 5m1s", "simulated": false,
+   "connected": false, "last_seen": "2026-12-02T11:54:50.000Z", "silent_since": "2026-12-02T11:54:50.000Z",
+   "lost_at": null, "driver": "", "cuda": "", "ports": [29500, 29999], "gpu_classes": []}
+])");
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message();
+  std::string out = format_node_summary(*nodes);
+  EXPECT_NE(out.find("agent silent since 2026-12-02T11:59:50.000Z, lost at 2026-12-02T12:04:50.000Z"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("agent silent since 2026-12-02T11:54:50"), std::string::npos)
+      << "a lost node says why, as before";
+  EXPECT_NE(out.find("no heartbeat for 5m1s"), std::string::npos) << out;
+}
+
 TEST(FormatNodes, ALinePerNodeSaysHowManyGpusAJobHoldsAndTheirClass) {
   auto nodes = parse_nodes(kNodeClassesJson);
   ASSERT_TRUE(nodes.has_value()) << nodes.error().message();

@@ -42,6 +42,7 @@ class LedgerTest : public ::testing::Test {
     for (const auto& r : store_.commit(e.changes)) ASSERT_TRUE(r.has_value()) << r.error().message();
     for (auto& m : e.messages) sent_.push_back(std::move(m));
     for (auto id : e.ended) ended_.push_back(id);
+    for (auto& c : e.close) closed_.push_back(c.first);
   }
   template <typename T>
   std::vector<T> sent_to(const std::string& node) {
@@ -117,6 +118,7 @@ class LedgerTest : public ::testing::Test {
   TimePoint now_ = TimePoint(std::chrono::hours(1000));
   std::vector<Outgoing> sent_;
   std::vector<model::JobId> ended_;
+  std::vector<std::string> closed_;  // links the ledger asked to close
 };
 
 TEST_F(LedgerTest, ACompletedJobHoldsItsGpusUntilEveryNodeConfirmsItsRanksGone) {
@@ -328,9 +330,9 @@ TEST_F(LedgerTest, ALostNodesRanksAreFencedAndTheFenceGoesWhenItsAgentConfirms) 
   join("a", hello("a", 2));
   join("b", hello("b", 2));
   model::JobId id = running_two_by_two();
-  now_ += config_.node_timeout + 1s;
+  now_ += config_.node_lost_timeout + 1s;
   ledger_->agent_message("a", protocol::Heartbeat{}, now_);
-  ledger_->tick(now_);  // b is silent: lost
+  ledger_->tick(now_);  // b is silent past node_lost_timeout: lost
   commit();
   EXPECT_EQ(state(id), JobState::Ending);
   say("a", protocol::AttemptGone{id, 0});
@@ -347,6 +349,8 @@ TEST_F(LedgerTest, ALostNodesRanksAreFencedAndTheFenceGoesWhenItsAgentConfirms) 
 // The tick walks its links only when the earliest deadline it saw has come, or a link
 // came or came back: each silent node is still lost at the first tick past its own timeout.
 TEST_F(LedgerTest, EachSilentNodeIsLostAtTheFirstTickPastItsOwnTimeoutWhateverTheOthersDo) {
+  config_.node_lost_timeout = 8s;
+  ledger_ = std::make_unique<Ledger>(config_);
   join("a", hello("a", 2));
   join("b", hello("b", 2));
   const TimePoint start = now_;
@@ -373,7 +377,7 @@ TEST_F(LedgerTest, EachSilentNodeIsLostAtTheFirstTickPastItsOwnTimeoutWhateverTh
     if (t <= 3s) ledger_->agent_message("b", protocol::Heartbeat{}, now_);
   });
   ASSERT_TRUE(lost.contains("b"));
-  EXPECT_EQ(lost["b"], start + 3s + config_.node_timeout + step);
+  EXPECT_EQ(lost["b"], start + 3s + config_.node_lost_timeout + step);
   EXPECT_FALSE(lost.contains("a"));
   // a falls silent too; then b comes back, alone among links that are all lost, and is
   // silent from its hello on.
@@ -381,14 +385,17 @@ TEST_F(LedgerTest, EachSilentNodeIsLostAtTheFirstTickPastItsOwnTimeoutWhateverTh
     if (t == 30s) join("b", hello("b", 2));
   });
   ASSERT_TRUE(lost.contains("a"));
-  EXPECT_EQ(lost["a"], start + 20s + config_.node_timeout + step);
+  EXPECT_EQ(lost["a"], start + 20s + config_.node_lost_timeout + step);
   ASSERT_TRUE(lost.contains("b"));
-  EXPECT_EQ(lost["b"], start + 30s + config_.node_timeout + step);
+  EXPECT_EQ(lost["b"], start + 30s + config_.node_lost_timeout + step);
 }
 
 // The wall clock steps back an hour (an NTP correction): a node silent from then on is
-// still lost one node_timeout after its last heartbeat.
+// still unreachable one node_timeout, and lost one node_lost_timeout, after its last
+// heartbeat.
 TEST_F(LedgerTest, ANodeFallingSilentAfterTheClockStepsBackIsStillLostOnTime) {
+  config_.node_lost_timeout = 8s;
+  ledger_ = std::make_unique<Ledger>(config_);
   join("a", hello("a", 2));
   join("b", hello("b", 2));
   ledger_->tick(now_);  // a walk: the next one due a node_timeout from now
@@ -396,16 +403,20 @@ TEST_F(LedgerTest, ANodeFallingSilentAfterTheClockStepsBackIsStillLostOnTime) {
   const TimePoint last = now_;
   ledger_->agent_message("a", protocol::Heartbeat{}, now_);
   ledger_->agent_message("b", protocol::Heartbeat{}, now_);
+  std::optional<TimePoint> unreachable;
   std::optional<TimePoint> lost;
-  for (auto t = Duration::zero(); t <= config_.node_timeout + 1s && !lost; t += 250ms) {
+  for (auto t = Duration::zero(); t <= config_.node_lost_timeout + 1s && !lost; t += 250ms) {
     now_ = last + t;
     ledger_->agent_message("a", protocol::Heartbeat{}, now_);
     ledger_->tick(now_);
     commit();
+    if (!unreachable && !ledger_->scheduler().reachable("b")) unreachable = now_;
     if (ledger_->scheduler().node("b")->state == model::NodeState::Down) lost = now_;
   }
+  ASSERT_TRUE(unreachable.has_value());
+  EXPECT_EQ(*unreachable, last + config_.node_timeout + 250ms);
   ASSERT_TRUE(lost.has_value());
-  EXPECT_EQ(*lost, last + config_.node_timeout + 250ms);
+  EXPECT_EQ(*lost, last + config_.node_lost_timeout + 250ms);
   EXPECT_EQ(ledger_->scheduler().node("a")->state, model::NodeState::Up);
 }
 
@@ -689,7 +700,7 @@ TEST_F(RendezvousTest, ADeadlineWhileAMissingRanksAgentIsAwayWaitsForItsReturn) 
   for (int r = 0; r < 3; ++r) say(r < 2 ? "a" : "b", protocol::RankJoined{id, 0, r});
   ledger_->agent_disconnected("b");
   commit();
-  pass(3s);  // within node_timeout: b is away, not lost
+  pass(3s);  // within node_timeout (and node_lost_timeout): b is away, not lost
   EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
   EXPECT_EQ(state(id), JobState::Running) << "b's outbox may hold rank 3's check-in";
   auto hb = hello("b", 2);
@@ -802,6 +813,151 @@ TEST_F(RendezvousTest, NoHangWhileOneRankStillMovesOrHasEnded) {
   // A report for another attempt or node is not this job's.
   say("b", protocol::RankStall{id, 5, 0, true, 300000, "S (sleeping)"});
   say("a", protocol::RankStall{id, 0, 2, true, 300000, "S (sleeping)"});
+}
+
+// ---- silence: unreachable at node_timeout, lost only at node_lost_timeout
+
+class SilenceTest : public LedgerTest {
+ protected:
+  void SetUp() override {
+    join("a", hello("a", 2));
+    join("b", hello("b", 2));
+  }
+  // Time passes by seconds; a beats, b says nothing.
+  void only_a_beats(Duration d) {
+    for (Duration t = Duration::zero(); t < d; t += 1s) {
+      now_ += 1s;
+      ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+      ledger_->tick(now_);
+      commit();
+    }
+  }
+  // b's link closed (as the service does once the ledger asks it) and b said nothing for d.
+  void b_silent_for(Duration d) {
+    only_a_beats(config_.node_timeout + 1s);
+    ASSERT_NE(std::find(closed_.begin(), closed_.end(), "b"), closed_.end()) << "b's silent link is closed";
+    ledger_->agent_disconnected("b");
+    commit();
+    only_a_beats(d - (config_.node_timeout + 1s));
+  }
+  // b dials again, listing the ranks it runs, and syncs.
+  void b_back(std::vector<protocol::RunningRank> running) {
+    auto hb = hello("b", 2);
+    hb.running = std::move(running);
+    join("b", hb);
+  }
+  int count_events(model::JobId id, const std::string& part) {
+    int n = 0;
+    auto stored = store_.events(id);
+    for (const auto& e : stored.value()) n += e.text.find(part) != std::string::npos;
+    return n;
+  }
+};
+
+TEST_F(SilenceTest, ASilentNodeTakesNoNewJobAtNodeTimeoutButIsNotLost) {
+  only_a_beats(config_.node_timeout + 1s);
+  EXPECT_FALSE(ledger_->scheduler().reachable("b"));
+  EXPECT_EQ(ledger_->scheduler().node("b")->state, model::NodeState::Up);
+  ASSERT_TRUE(ledger_->lost_at("b").has_value());
+  EXPECT_EQ(*ledger_->lost_at("b"), now_ - (config_.node_timeout + 1s) + config_.node_lost_timeout);
+  EXPECT_FALSE(ledger_->lost_at("a").has_value());
+  model::JobId id = submit(2, 2);
+  EXPECT_EQ(state(id), JobState::Pending);
+  EXPECT_TRUE(sent_to<protocol::Prepare>("a").empty());
+  EXPECT_EQ(ledger_->scheduler().job(id)->reason.code, sched::PendingCode::NodeDown);
+}
+
+TEST_F(SilenceTest, AJobOnANodeSilentLessThanNodeLostTimeoutRunsOnAndCompletesWhenItsAgentIsBack) {
+  model::JobId id = running_two_by_two();
+  b_silent_for(2min);
+  EXPECT_EQ(state(id), JobState::Running);
+  EXPECT_EQ(count_events(id, "node b is silent (no heartbeat, nothing heard for 6s)"), 1)
+      << "told once, not every tick";
+  EXPECT_TRUE(sent_to<protocol::Kill>("a").empty());
+  EXPECT_EQ((*store_.job(id))->ranks[2].state, model::RankState::Running);
+  // b is back: its ranks ran on, and carry on.
+  b_back({{id, 0, 2, 102}, {id, 0, 3, 103}});
+  EXPECT_EQ(state(id), JobState::Running);
+  EXPECT_TRUE(ledger_->scheduler().reachable("b"));
+  EXPECT_EQ(count_events(id, "node b is back after 2m of silence"), 1);
+  EXPECT_TRUE(sent_to<protocol::Kill>("a").empty());
+  EXPECT_TRUE(sent_to<protocol::Kill>("b").empty());
+  EXPECT_EQ(sent_to<protocol::Launch>("b").size(), 1u) << "its ranks are not started again";
+  for (int r = 0; r < 4; ++r) say(r < 2 ? "a" : "b", protocol::RankExited{id, 0, r, 0, 0, "", false});
+  say("a", protocol::AttemptGone{id, 0});
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::Completed);
+  // A later silence is told anew.
+  sent_.clear();
+  model::JobId next = running_two_by_two();
+  b_silent_for(config_.node_timeout + 2s);
+  EXPECT_EQ(count_events(next, "node b is silent"), 1);
+}
+
+TEST_F(SilenceTest, ANodeSilentPastNodeLostTimeoutIsLostWithItsJob) {
+  model::JobId id = running_two_by_two();
+  b_silent_for(config_.node_lost_timeout);
+  EXPECT_EQ(state(id), JobState::Running) << "not a second before node_lost_timeout";
+  only_a_beats(1s);
+  EXPECT_EQ(ledger_->scheduler().node("b")->state, model::NodeState::Down);
+  EXPECT_EQ(ledger_->scheduler().node("b")->reason, "no heartbeat for 5m1s");
+  EXPECT_EQ(state(id), JobState::Ending);
+  EXPECT_EQ((*store_.job(id))->outcome, JobState::NodeFail);
+  ASSERT_EQ(sent_to<protocol::Kill>("a").size(), 1u);
+  say("a", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::NodeFail);
+  ASSERT_EQ((*store_.job(id))->fences.size(), 1u) << "b's ranks are not confirmed dead";
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 0), id);
+  // Its agent, back late, is asked to kill them; the fence goes once it confirms.
+  b_back({{id, 0, 2, 102}, {id, 0, 3, 103}});
+  ASSERT_FALSE(sent_to<protocol::Kill>("b").empty());
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_TRUE((*store_.job(id))->fences.empty());
+  EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 0).has_value());
+}
+
+TEST_F(SilenceTest, ARankFailingElsewhereEndsTheJobAtOnceAndTheSilentNodeHoldsItsGpusUntilItConfirms) {
+  model::JobId id = running_two_by_two();
+  b_silent_for(30s);
+  say("a", protocol::RankExited{id, 0, 1, 1, 0, "exited with code 1", false});
+  EXPECT_EQ(state(id), JobState::Ending);
+  EXPECT_EQ((*store_.job(id))->outcome, JobState::Failed);
+  ASSERT_EQ(sent_to<protocol::Kill>("a").size(), 1u);
+  say("a", protocol::RankExited{id, 0, 0, -1, 15, "killed by SIGTERM", false});
+  say("a", protocol::AttemptGone{id, 0});
+  EXPECT_FALSE(ledger_->scheduler().gpu_holder("a", 0).has_value()) << "a confirmed: its GPUs serve others";
+  only_a_beats(1min);
+  EXPECT_EQ(state(id), JobState::Ending) << "b's ranks may still run";
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 0), id);
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 1), id);
+  EXPECT_TRUE((*store_.job(id))->fences.empty());
+  // b is back with its ranks: told to kill them; the job ends once it confirms.
+  const auto kills = sent_to<protocol::Kill>("b").size();
+  b_back({{id, 0, 2, 102}, {id, 0, 3, 103}});
+  ASSERT_GT(sent_to<protocol::Kill>("b").size(), kills);
+  EXPECT_EQ(state(id), JobState::Ending);
+  say("b", protocol::RankExited{id, 0, 2, -1, 15, "killed by SIGTERM", false});
+  say("b", protocol::RankExited{id, 0, 3, -1, 15, "killed by SIGTERM", false});
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::Failed);
+  EXPECT_EQ((*store_.job(id))->failed_rank, 1);
+  EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 0).has_value());
+  EXPECT_TRUE((*store_.job(id))->fences.empty());
+}
+
+TEST_F(SilenceTest, ARankFailingElsewhereWhileANodeStaysSilentFencesItsGpusOnceItIsLost) {
+  model::JobId id = running_two_by_two();
+  b_silent_for(30s);
+  say("a", protocol::RankExited{id, 0, 1, 1, 0, "exited with code 1", false});
+  say("a", protocol::RankExited{id, 0, 0, -1, 15, "killed by SIGTERM", false});
+  say("a", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::Ending);
+  only_a_beats(config_.node_lost_timeout - 30s + 1s);
+  EXPECT_EQ(ledger_->scheduler().node("b")->state, model::NodeState::Down);
+  EXPECT_EQ(state(id), JobState::Failed) << "the outcome decided at the failure stays";
+  ASSERT_EQ((*store_.job(id))->fences.size(), 1u);
+  EXPECT_EQ((*store_.job(id))->fences[0].node, "b");
+  EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 0), id);
 }
 
 }  // namespace

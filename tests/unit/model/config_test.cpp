@@ -16,6 +16,7 @@ TEST(CoordinatorConfig, TheShippedExampleLoads) {
   EXPECT_EQ(c->listen_port, 7433);
   EXPECT_EQ(c->listen_host, "0.0.0.0");
   EXPECT_EQ(c->node_timeout, 5s);
+  EXPECT_EQ(c->node_lost_timeout, 5min);
   EXPECT_EQ(c->database_path(), "/var/lib/corral/corral.db");
 }
 
@@ -87,6 +88,24 @@ TEST(CoordinatorConfig, NodeTimeoutMustExceedTheHeartbeat) {
   auto c = parse_coordinator_config("heartbeat_interval: 5s\nnode_timeout: 2s\n", "c.yaml");
   ASSERT_FALSE(c.has_value());
   EXPECT_EQ(c.error().message(), "c.yaml: node_timeout must be longer than heartbeat_interval");
+}
+
+TEST(CoordinatorConfig, NodeLostTimeoutMustBeAtLeastTheNodeTimeout) {
+  auto c = parse_coordinator_config("node_timeout: 10s\nnode_lost_timeout: 9s\n", "c.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message(), "c.yaml: node_lost_timeout (9s) must be at least node_timeout (10s)");
+  auto equal = parse_coordinator_config("node_timeout: 10s\nnode_lost_timeout: 10s\n", "c.yaml");
+  ASSERT_TRUE(equal.has_value()) << equal.error().message();
+  EXPECT_EQ(equal->node_lost_timeout, 10s);
+}
+
+TEST(CoordinatorConfig, NodeLostTimeoutLeftOutFollowsALongerNodeTimeout) {
+  auto c = parse_coordinator_config("node_timeout: 10m\n", "c.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->node_lost_timeout, 10min);
+  auto d = parse_coordinator_config("node_timeout: 3s\n", "c.yaml");
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->node_lost_timeout, 5min);
 }
 
 TEST(AgentConfig, RequiredSettingsAndBadValuesAreNamed) {

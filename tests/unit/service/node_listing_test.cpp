@@ -59,6 +59,14 @@ TEST(NodeListing, AppendsWhatNodeJsonRendersAsTheNodeChanges) {
   EXPECT_EQ(listed(listing, v), rendered(v));
   v.connected = false;
   EXPECT_EQ(listed(listing, v), rendered(v));
+  // Its silence is shown, since when and until when, and goes when it is back.
+  v.silent_since = from_millis(1'700'000'001'000);
+  v.lost_at = from_millis(1'700'000'301'000);
+  EXPECT_EQ(listed(listing, v), rendered(v));
+  EXPECT_NE(listed(listing, v).find("\"lost_at\":\"2023-11-14T22:18:21.000Z\""), std::string::npos);
+  v.silent_since.reset();
+  v.lost_at.reset();
+  EXPECT_EQ(listed(listing, v), rendered(v));
   n.gpus.pop_back();
   v.holders.pop_back();
   EXPECT_EQ(listed(listing, v), rendered(v));
