@@ -67,8 +67,8 @@ pid_t start_rank(const std::string& command, const std::string& log) {
 TEST(LogCap, ALogPastTheCapKeepsItsHeadAMarkerAndItsTail) {
   testing::TempDir dir;
   const std::string log = dir.file("rank-0.log");
-  // 20000 numbered lines, about 270 KB: four times the cap.
-  pid_t pid = start_rank("i=0; while [ $i -lt 20000 ]; do echo \"line $i\"; i=$((i+1)); done", log);
+  // 30000 numbered lines, about 320 KB: five times the cap.
+  pid_t pid = start_rank("i=0; while [ $i -lt 30000 ]; do echo \"line $i\"; i=$((i+1)); done", log);
   ASSERT_EQ(wait_status(pid), 0);
   const std::uint64_t written = std::filesystem::file_size(log);
   ASSERT_GT(written, 4 * kCap);
@@ -90,7 +90,7 @@ TEST(LogCap, ALogPastTheCapKeepsItsHeadAMarkerAndItsTail) {
   const std::string marker = log_cut_marker(*cut);
   EXPECT_EQ(marker, "\n[corral: " + std::to_string(*cut) + " bytes cut from this log]\n");
   ASSERT_NE(text.find(marker), std::string::npos);
-  EXPECT_TRUE(text.ends_with("line 19998\nline 19999\n")) << text.substr(text.size() - 64);
+  EXPECT_TRUE(text.ends_with("line 29998\nline 29999\n")) << text.substr(text.size() - 64);
 }
 
 TEST(LogCap, ARankStillWritingLosesNothingAtTheEndOfItsLog) {
@@ -220,7 +220,7 @@ TEST(LogCap, AFullSpoolRefusesARanksLogAndTheRankDoesNotStart) {
 
   small.empty();
   EXPECT_EQ(spool.full(), "");
-  EXPECT_TRUE(spool.create_log(5, 1, 0).has_value());
+  EXPECT_TRUE(spool.create_log(5, 0, 1).has_value());
 }
 
 }  // namespace
