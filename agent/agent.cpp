@@ -17,6 +17,7 @@
 #include "agent/inventory/run_command.hpp"
 #include "agent/kill_escalation.hpp"
 #include "agent/launcher.hpp"
+#include "agent/log_cap.hpp"
 #include "agent/log_reader.hpp"
 #include "agent/master_port.hpp"
 #include "agent/nccl_root.hpp"
@@ -48,6 +49,11 @@ constexpr std::uint64_t kGpuCheckEvery = 25;
 // the progress samples for 5 s: a hang is seen at most that much later, and a hung job
 // does not cost the node an nvidia-smi every second.
 constexpr std::chrono::seconds kGpuUtilizationServes{5};
+// How often ranks' logs are held to rank_log_cap: a log passes the cap by at most what its
+// rank writes in this time.
+constexpr Duration kLogCheckInterval = std::chrono::seconds(1);
+// Ranks whose log lost output that corral logs still says so of.
+constexpr std::size_t kLostLogsRemembered = 4096;
 
 
 template <class Work, class Done>
@@ -170,6 +176,8 @@ Result<void> Agent::start() {
   preflight_timer_ = std::make_unique<net::Timer>(loop_);
   watch_timer_ = std::make_unique<net::Timer>(loop_);
   watch_timer_->start_repeating(kRendezvousWatchInterval, [this] { watch_ranks(); });
+  log_timer_ = std::make_unique<net::Timer>(loop_);
+  log_timer_->start_repeating(kLogCheckInterval, [this] { check_logs(); });
   if (!hooks_.survey) {
     on_surveyed(node_);
     return {};
@@ -196,6 +204,7 @@ void Agent::stop() {
   stopping_ = true;
   if (preflight_timer_) preflight_timer_->cancel();
   if (watch_timer_) watch_timer_->cancel();
+  if (log_timer_) log_timer_->cancel();
   link_->stop();
 }
 
@@ -203,7 +212,7 @@ bool Agent::connected() const { return link_->welcomed(); }
 
 protocol::Hello Agent::hello() const {
   protocol::Hello hello = node_;
-  hello.health_error = health_error_;
+  hello.health_error = node_health();
   hello.running.clear();
   for (const auto& [key, job] : jobs_) {
     for (const auto& [r, rank] : job.ranks) {
@@ -397,8 +406,15 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
     job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, false, s.log, s.gpus};
     job.gpu_uuids.insert(job.gpu_uuids.end(), s.gpu_uuids.begin(), s.gpu_uuids.end());
   }
+  if (!outcome.spool_problem.empty() && "spool cannot take rank logs: " + outcome.spool_problem != spool_error_) {
+    // Drained until a look at the spool finds room again (check_logs).
+    spool_error_ = "spool cannot take rank logs: " + outcome.spool_problem;
+    spdlog::error("{}", spool_error_);
+    send_health();
+  }
   for (const auto& report : outcome.reports) {
     if (const auto* failed = std::get_if<protocol::RankExited>(&report); failed && failed->launch_failure) {
+      if (!outcome.spool_problem.empty()) remember_lost_log(key, failed->rank, failed->reason);
       spdlog::warn("job {} attempt {} rank {} cannot start here: {}", key.first, key.second, failed->rank,
                    failed->reason);
       report_end(*failed, Spool::marker_name(key.first, key.second, failed->rank));
@@ -471,6 +487,7 @@ void Agent::rank_done(const Key& key, Rank& rank, int status, bool group_gone) {
   // a group seen empty since the reap is let go (its id may be reused).
   if (!group_gone) signal_group(rank.pid, SIGKILL);
   rank.group_gone = group_gone || !group_alive(rank.pid);
+  logs_to_check_once_.emplace_back(key, rank.rank, rank.log);
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
@@ -560,7 +577,7 @@ void Agent::on_swept(const Key& key, const std::string& left) {
     // Not confirmed: the coordinator keeps the attempt's GPUs and port fenced.
     health_error_ = "processes of job " + std::to_string(key.first) + " survived SIGKILL (" + left + ")";
     spdlog::error("{}", health_error_);
-    send(protocol::Health{health_error_});
+    send_health();
     remember_finished(key);
     jobs_.erase(it);
     return;
@@ -595,7 +612,7 @@ void Agent::attempt_gone(const Key& key, const Result<std::vector<std::string>>&
   if (!problem.empty()) {
     health_error_ = std::move(problem);
     spdlog::error("{}", health_error_);
-    send(protocol::Health{health_error_});
+    send_health();
   }
   remember_finished(key);
   jobs_.erase(it);
@@ -618,8 +635,10 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   bool running = it != jobs_.end() && (it->second.launching || (it->second.ranks.contains(m.rank) &&
                                                                 !it->second.ranks.at(m.rank).exited));
   // Read on its own thread, in the order asked, whatever the other work waits for.
-  logs_->run([m, path = spool_.log_path(m.job, m.attempt, m.rank),
-              running] { return answer_log_request(m, path, running); },
+  std::string lost;
+  if (auto l = lost_logs_.find({m.job, m.attempt, m.rank}); l != lost_logs_.end()) lost = l->second;
+  logs_->run([m, path = spool_.log_path(m.job, m.attempt, m.rank), running,
+              lost = std::move(lost)] { return answer_log_request(m, path, running, lost); },
              [this](const protocol::LogData& d) { send(d); });
 }
 
@@ -886,8 +905,64 @@ void Agent::run_preflight() {
     preflight_running_ = false;
     if (error == health_error_) return;
     health_error_ = error;
-    send(protocol::Health{error});
+    send_health();
   });
+}
+
+std::string Agent::node_health() const {
+  if (spool_error_.empty()) return health_error_;
+  return health_error_.empty() ? spool_error_ : health_error_ + "; " + spool_error_;
+}
+
+void Agent::send_health() { send(protocol::Health{node_health()}); }
+
+void Agent::check_logs() {
+  if (log_check_running_) return;  // the last look is still going
+  std::vector<std::tuple<Key, int>> ranks;  // running: told when their output may be lost
+  std::vector<std::string> logs;
+  for (const auto& [key, job] : jobs_) {
+    for (const auto& [r, rank] : job.ranks) {
+      if (rank.exited) continue;
+      ranks.emplace_back(key, r);
+      logs.push_back(rank.log);
+    }
+  }
+  for (const auto& [key, r, log] : logs_to_check_once_) logs.push_back(log);
+  logs_to_check_once_.clear();
+  log_check_running_ = true;
+  offload(
+      *work_,
+      [logs = std::move(logs), cap = config_.rank_log_cap, spool = spool_] {
+        std::string problem = cap_logs(logs, cap);
+        return problem.empty() ? spool.full() : problem;
+      },
+      [this, ranks = std::move(ranks)](const std::string& problem) { on_logs_checked(ranks, problem); });
+}
+
+void Agent::on_logs_checked(const std::vector<std::tuple<Key, int>>& ranks, const std::string& problem) {
+  log_check_running_ = false;
+  if (!problem.empty()) {
+    // What the ranks running now wrote may not have reached their logs: said on the job
+    // and by corral logs, so that a job is never taken for complete with its output lost.
+    for (const auto& [key, r] : ranks) {
+      remember_lost_log(key, r, "the spool could not take writes while the rank ran (" + problem + ")");
+      auto [job, rank] = running_rank(key, r);
+      if (rank != nullptr && rank->warned.insert("log lost").second) {
+        send(protocol::RankWarning{key.first, key.second, r, "its log may have lost output: " + problem});
+      }
+    }
+  }
+  std::string error = problem.empty() ? "" : "spool cannot take rank logs: " + problem;
+  if (error == spool_error_) return;
+  spool_error_ = std::move(error);
+  if (!spool_error_.empty()) spdlog::error("{}", spool_error_);
+  else spdlog::info("the spool takes rank logs again");
+  send_health();
+}
+
+void Agent::remember_lost_log(const Key& key, int rank, const std::string& why) {
+  lost_logs_.insert_or_assign({key.first, key.second, rank}, why);
+  while (lost_logs_.size() > kLostLogsRemembered) lost_logs_.erase(lost_logs_.begin());
 }
 
 }  // namespace corral::agent

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/core/inherited_fds.hpp"
+
 namespace corral::agent {
 
 namespace {
@@ -138,6 +140,7 @@ Result<pid_t> spawn(const ProcessSpec& spec) {
   const std::vector<std::string> candidates = program_candidates(program, path);
   const std::string not_found = "command not found: " + program + " (PATH=" + path + ")";
 
+  const InheritedFds inherited;
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return make_error(ErrorCode::Internal, std::string("pipe: ") + std::strerror(errno));
   pid_t pid = ::fork();
@@ -166,6 +169,11 @@ Result<pid_t> spawn(const ProcessSpec& spec) {
       if (::fchown(log, spec.user->uid, spec.user->gid) != 0) {
         // Not fatal: the job can still write through the open descriptor.
       }
+    }
+    // Nothing of the agent reaches the job: only 0-2, and the report pipe until exec
+    // closes it (close-on-exec).
+    inherited.close_all_but(report[1]);
+    if (spec.user) {
       if (::setgid(spec.user->gid) != 0) child_fail(report[1], "setgid");
       if (::initgroups(spec.user->name.c_str(), spec.user->gid) != 0) child_fail(report[1], "initgroups");
       if (::setuid(spec.user->uid) != 0) child_fail(report[1], "setuid");

@@ -1,6 +1,7 @@
 #pragma once
 // Starting and stopping processes for ranks: fork and exec in a new process group, as
-// the job's Unix user, with stdout and stderr in a log file. An exec that fails reports
+// the job's Unix user, with stdout and stderr in a log file and no other descriptor of
+// the agent (InheritedFds). An exec that fails reports
 // why through a close-on-exec pipe, so a bad user, workdir or command is an error here
 // and not a mystery exit code. Called on the agent's launch thread: the only thread
 // that looks users up (NSS keeps locks a forked child could inherit held) and forks

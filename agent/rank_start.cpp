@@ -84,6 +84,14 @@ StartOutcome start_ranks(const StartContext& context, const protocol::Launch& m,
       ::close(probe_fd);
       probe_fd = -1;
     }
+    // The log made, and room for it, before anything runs: output written into a full
+    // spool would be lost without a word.
+    if (auto made = context.spool.create_log(m.job, m.attempt, r.rank); !made) {
+      out.spool_problem = made.error().message();
+      out.reports.emplace_back(
+          protocol::RankExited{m.job, m.attempt, r.rank, 127, 0, "cannot start: " + made.error().message(), true});
+      continue;
+    }
     // Marked before it starts: an agent SIGKILLed between the fork and the pid's marker
     // leaves a marker all the same, and the next agent looks for the attempt's processes.
     std::vector<std::string> uuids;

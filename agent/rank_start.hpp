@@ -36,6 +36,8 @@ struct StartOutcome {
   // for one that could not start or was started here before.
   std::vector<protocol::AgentMessage> reports;
   std::vector<StartedRank> started;
+  // Why the spool could not take a rank's log (the ranks it refused failed to start), or "".
+  std::string spool_problem;
 };
 
 // Starts every rank of `launch` that was never started here. `probe_fd` (the master

@@ -1,12 +1,19 @@
 #include "agent/spool.hpp"
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "agent/launcher.hpp"
+#include "common/core/fd.hpp"
 #include "common/core/files.hpp"
 
 namespace corral::agent {
@@ -41,6 +48,33 @@ Result<void> Spool::create() const {
     if (ec) return make_error(ErrorCode::Unavailable, "cannot create spool " + root_ + sub + ": " + ec.message());
   }
   return {};
+}
+
+Result<void> Spool::create_log(model::JobId job, int attempt, int rank) const {
+  const std::string path = log_path(job, attempt, rank);
+  auto refused = [&](int err) {
+    return make_error(ErrorCode::ResourceExhausted,
+                      "the spool " + root_ + " cannot take the log " + path + ": " + std::strerror(err));
+  };
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640));
+  if (!fd) return refused(errno);
+  // A block reserved without changing the size: an empty file can be made on a full file
+  // system (an inode is enough), its first write cannot.
+  if (::fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, 0, 4096) == 0) return {};
+  if (errno != EOPNOTSUPP && errno != ENOSYS) return refused(errno);
+  if (std::string why = full(); !why.empty()) {
+    return make_error(ErrorCode::ResourceExhausted, "cannot take the log " + path + ": " + why);
+  }
+  return {};
+}
+
+std::string Spool::full() const {
+  struct statvfs st {};
+  if (::statvfs(root_.c_str(), &st) != 0) return "the spool " + root_ + " cannot be read: " + std::strerror(errno);
+  // f_bavail: what users other than root may still write; ranks run as those users.
+  const std::uint64_t free = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+  if (free >= kMinFree) return "";
+  return "the spool " + root_ + " is full (" + std::to_string(free) + " bytes free)";
 }
 
 Result<std::string> Spool::agent_id() const {

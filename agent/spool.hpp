@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,15 @@ class Spool {
 
   // Creates the folders; Unavailable naming the folder when it cannot.
   Result<void> create() const;
+  // Creates a rank's log before the rank starts, and makes sure the spool can take what it
+  // writes (a block reserved, or room left where that cannot be asked):
+  // ResourceExhausted with the system's reason (no space, no quota, an I/O error) when it
+  // cannot, so that a job never runs with its output going nowhere.
+  Result<void> create_log(model::JobId job, int attempt, int rank) const;
+  // Why the spool cannot take writes now (less than kMinFree bytes free for the users that
+  // ranks run as), or "" when it can.
+  std::string full() const;
+  static constexpr std::uint64_t kMinFree = std::uint64_t{1} << 20;
   // The id kept in the spool, made (and written atomically) on first use.
   Result<std::string> agent_id() const;
 

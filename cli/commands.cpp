@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -438,6 +439,17 @@ int run_logs(CommandContext& ctx, const LogsOptions& options) {
   }
   std::uint64_t offset = 0;
   std::optional<std::uint64_t> initial_size;
+  std::uint64_t cut = 0;
+  std::string lost;
+  // After the log, on stderr: what the log lacks, so that it is never taken for whole.
+  auto done = [&] {
+    if (cut > 0) {
+      ctx.err << "corral: " << cut << " bytes were cut from the middle of this log (the node's rank_log_cap); "
+              << "a line \"[corral: N bytes cut from this log]\" marks where\n";
+    }
+    if (!lost.empty()) ctx.err << "corral: output may be missing from this log: " << lost << "\n";
+    return kExitOk;
+  };
   for (;;) {
     auto body = call(ctx, "GET",
                      job_path(options.job) + "/logs?rank=" + std::to_string(options.rank) +
@@ -447,14 +459,16 @@ int run_logs(CommandContext& ctx, const LogsOptions& options) {
     if (!chunk) return fail(ctx, chunk.error());
     ctx.out.write(chunk->data.data(), static_cast<std::streamsize>(chunk->data.size()));
     ctx.out.flush();
+    cut = std::max(cut, chunk->cut);
+    if (!chunk->lost.empty()) lost = chunk->lost;
     // The answer says where its data starts; continue from there, not from our guess.
     const std::uint64_t next = chunk->offset + chunk->data.size();
     if (!options.follow) {
       // What was there when we asked, and no more: a busy log cannot keep us reading.
       if (!initial_size) initial_size = chunk->size;
-      if (chunk->data.empty() || next >= *initial_size) return kExitOk;
+      if (chunk->data.empty() || next >= *initial_size) return done();
     } else {
-      if (chunk->finished && (chunk->data.empty() || next >= chunk->size)) return kExitOk;
+      if (chunk->finished && (chunk->data.empty() || next >= chunk->size)) return done();
       if (chunk->data.empty()) ctx.sleep(options.poll_interval);
     }
     offset = next;

@@ -375,6 +375,8 @@ Result<LogChunk> parse_log_chunk(std::string_view json) {
     c.data = r.str("data", kMaxLogData, "");
     c.size = r.u64("size", 0);
     c.finished = r.boolean("finished", false);
+    c.cut = r.u64("cut", 0);
+    c.lost = r.str("lost", 4096, "");
     top.absorb(r);
     return c;
   });

@@ -138,6 +138,8 @@ struct LogChunk {
   std::string data;
   std::uint64_t size = 0;
   bool finished = false;
+  std::uint64_t cut = 0;  // bytes cut from the log's middle (the node's rank_log_cap)
+  std::string lost;       // why output may be missing from the log, or ""
 };
 
 [[nodiscard]] Result<JobInfo> parse_job(std::string_view json);

@@ -12,12 +12,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/core/fd.hpp"
+#include "common/core/inherited_fds.hpp"
 
 namespace corral::agent {
 
@@ -81,54 +81,65 @@ Result<Pipe> make_pipe() {
   return p;
 }
 
-// posix_spawn's attribute objects need destroying on every path.
-class SpawnSetup {
- public:
-  SpawnSetup() {
-    actions_ok_ = ::posix_spawn_file_actions_init(&actions_) == 0;
-    attr_ok_ = ::posix_spawnattr_init(&attr_) == 0;
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-  ~SpawnSetup() {
-    if (actions_ok_) ::posix_spawn_file_actions_destroy(&actions_);
-    if (attr_ok_) ::posix_spawnattr_destroy(&attr_);
-  }
-
-  // Returns 0 or an errno value.
-  int prepare(int out_fd, int err_fd) {
-    if (!actions_ok_ || !attr_ok_) return ENOMEM;
-    if (int rc = ::posix_spawn_file_actions_addopen(&actions_, 0, "/dev/null", O_RDONLY, 0); rc != 0)
-      return rc;
-    if (int rc = ::posix_spawn_file_actions_adddup2(&actions_, out_fd, 1); rc != 0) return rc;
-    if (int rc = ::posix_spawn_file_actions_adddup2(&actions_, err_fd, 2); rc != 0) return rc;
-    // Descriptors the agent opened without O_CLOEXEC (sockets, logs) must not leak into
-    // the child, or the child could hold a connection open after the agent drops it.
-    if (int rc = ::posix_spawn_file_actions_addclosefrom_np(&actions_, 3); rc != 0) return rc;
-
-    // Its own process group, so that a timeout kills whatever it started too; a clean
-    // signal mask and default dispositions, whatever the agent blocks or ignores.
-    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-    if (int rc = ::posix_spawnattr_setflags(&attr_, flags); rc != 0) return rc;
-    if (int rc = ::posix_spawnattr_setpgroup(&attr_, 0); rc != 0) return rc;
-    sigset_t none;
-    sigset_t all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    if (int rc = ::posix_spawnattr_setsigmask(&attr_, &none); rc != 0) return rc;
-    if (int rc = ::posix_spawnattr_setsigdefault(&attr_, &all); rc != 0) return rc;
-    return 0;
-  }
-
-  const posix_spawn_file_actions_t* actions() const { return &actions_; }
-  const posix_spawnattr_t* attr() const { return &attr_; }
-
- private:
-  posix_spawn_file_actions_t actions_{};
-  posix_spawnattr_t attr_{};
-  bool actions_ok_ = false;
-  bool attr_ok_ = false;
+// What start_child gives back: the child's pid, or the errno of what failed (the exec's
+// own, through a close-on-exec pipe, so that a missing program is an error here and not
+// exit status 127).
+struct Started {
+  pid_t pid = -1;
+  int error = 0;
 };
+
+// Starts args[0] (looked up on PATH) with stdout and stderr on the given descriptors and
+// stdin from /dev/null, in its own process group (so that a timeout kills whatever it
+// started too), with a clean signal mask and default dispositions whatever the agent
+// blocks or ignores, and none of the agent's descriptors but 0-2: a child must not hold
+// a connection or a pipe open after the agent drops it. The child calls only
+// async-signal-safe functions (execvp searches PATH with buffers on the stack).
+Started start_child(char* const* args, int out_fd, int err_fd) {
+  const InheritedFds inherited;
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return {-1, errno};
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return {-1, err};
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    ::setpgid(0, 0);
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &default_action, nullptr);  // some refuse: fine
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0 && ::dup2(null, 0) == 0 && ::dup2(out_fd, 1) == 1 && ::dup2(err_fd, 2) == 2) {
+      inherited.close_all_but(report[1]);
+      ::execvp(args[0], args);
+    }
+    const int err = errno;
+    (void)!::write(report[1], &err, sizeof(err));
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  // Also from the parent: whichever runs first, the group exists before a timeout
+  // might signal it.
+  ::setpgid(pid, pid);
+  int err = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(report[0], &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n != static_cast<ssize_t>(sizeof(err))) return {pid, 0};  // closed by the exec
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return {-1, err};
+}
 
 // A started child: reaps it, and kills its group if it is abandoned on an error path.
 class Child {
@@ -259,11 +270,6 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Duration
   auto err_pipe = make_pipe();
   if (!err_pipe) return std::unexpected(err_pipe.error());
 
-  SpawnSetup setup;
-  if (int rc = setup.prepare(out_pipe->write_end.get(), err_pipe->write_end.get()); rc != 0) {
-    return make_error(ErrorCode::Internal, what + ": preparing to start: " + system_message(rc));
-  }
-
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -274,9 +280,9 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Duration
   {
     // Started and registered under one lock: run_command_owns waits for both.
     std::lock_guard lock(owned_mutex);
-    // glibc's posix_spawnp reports a failed exec as its return value (it waits for the
-    // exec in a vfork-style child), so a missing program is an error here, not exit 127.
-    rc = ::posix_spawnp(&pid, args[0], setup.actions(), setup.attr(), args.data(), environ);
+    const Started started = start_child(args.data(), out_pipe->write_end.get(), err_pipe->write_end.get());
+    pid = started.pid;
+    rc = started.error;
     if (rc == 0) owned_pids.insert(pid);
   }
   if (rc != 0) {

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/core/error.hpp"
@@ -63,6 +64,9 @@ struct AgentConfig {
   std::string worker = "corral-worker";        // for nccl-root and preflight
   Duration preflight_interval = std::chrono::minutes(5);
   Duration reconnect_max_backoff = std::chrono::seconds(5);
+  // The most bytes a rank's log keeps: past it, its head and its latest tail, and a line
+  // saying how much was cut between them.
+  std::uint64_t rank_log_cap = std::uint64_t{1} << 30;
 };
 
 // Both refuse unknown keys and name file:line:col and the key on every problem.

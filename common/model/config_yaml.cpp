@@ -71,6 +71,32 @@ std::string resolve(const std::string& base_dir, const std::string& p) {
   return (std::filesystem::path(base_dir) / p).lexically_normal().string();
 }
 
+// A size in bytes: a number, or one with KiB, MiB or GiB after it.
+FlatConfig::Handler bytes_into(std::uint64_t& out, std::uint64_t min, std::uint64_t max, std::string_view range) {
+  return [&out, min, max, range](const std::string& v) -> std::string {
+    const std::string problem = "must be a size from " + std::string(range) +
+                                " (bytes, or a number with KiB, MiB or GiB), got " + quote_for_message(v);
+    std::size_t digits = v.find_first_not_of("0123456789");
+    if (digits == 0 || v.size() > 24) return problem;
+    std::string_view unit = std::string_view(v).substr(digits == std::string::npos ? v.size() : digits);
+    if (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+    std::uint64_t scale = 0;
+    if (unit.empty()) scale = 1;
+    else if (unit == "KiB") scale = std::uint64_t{1} << 10;
+    else if (unit == "MiB") scale = std::uint64_t{1} << 20;
+    else if (unit == "GiB") scale = std::uint64_t{1} << 30;
+    else return problem;
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i) {
+      if (n > max) return problem;
+      n = n * 10 + static_cast<std::uint64_t>(v[i] - '0');
+    }
+    if (n > max / scale || n * scale < min || n * scale > max) return problem;
+    out = n * scale;
+    return "";
+  };
+}
+
 }  // namespace
 
 Result<CoordinatorConfig> parse_coordinator_config(std::string_view yaml, std::string_view file_name) {
@@ -139,6 +165,7 @@ Result<AgentConfig> parse_agent_config(std::string_view yaml, std::string_view f
   f.key("worker", string_into(c.worker));
   f.key("preflight_interval", duration_into(c.preflight_interval));
   f.key("reconnect_max_backoff", duration_into(c.reconnect_max_backoff));
+  f.key("rank_log_cap", bytes_into(c.rank_log_cap, std::uint64_t{64} << 10, std::uint64_t{1} << 40, "64KiB to 1024GiB"));
   for (const char* req : {"node", "coordinator", "ca", "cert", "key", "advertise"}) f.require(req);
   if (auto r = f.parse(yaml); !r) return std::unexpected(r.error());
   return c;

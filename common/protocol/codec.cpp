@@ -71,7 +71,8 @@ std::string encode(const AgentMessage& message) {
           },
           [](const LogData& m) {
             return Json{{"type", "log_data"}, {"request", m.request}, {"data", m.data},      {"offset", m.offset},
-                        {"size", m.size},     {"finished", m.finished}, {"error", m.error}};
+                        {"size", m.size},     {"finished", m.finished}, {"error", m.error},
+                        {"cut", m.cut},       {"lost", m.lost}};
           },
           [](const Synced&) { return Json{{"type", "synced"}}; },
           [](const AttemptGone& m) { return Json{{"type", "attempt_gone"}, {"job", m.job}, {"attempt", m.attempt}}; },
@@ -333,6 +334,8 @@ Result<AgentMessage> decode_agent(const Json& j) {
     m.size = r.u64("size");
     m.finished = r.boolean("finished");
     m.error = r.str("error", 4096, "");
+    m.cut = r.u64("cut", 0);
+    m.lost = r.str("lost", 4096, "");
     out = std::move(m);
   } else {
     return make_error(ErrorCode::InvalidArgument, "type: unknown message type " + type.substr(0, 32));

@@ -102,6 +102,8 @@ struct LogData {
   std::uint64_t size = 0;       // the log's size now
   bool finished = false;        // the rank has exited: the log will not grow
   std::string error;
+  std::uint64_t cut = 0;        // bytes cut from the log's middle (the agent's rank_log_cap)
+  std::string lost;             // why output may be missing from the log (a full spool), or ""
   bool operator==(const LogData&) const = default;
 };
 

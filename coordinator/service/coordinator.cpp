@@ -352,7 +352,8 @@ void Coordinator::on_log_data(const std::string& node, const protocol::LogData& 
     res = {404, "application/json", nlohmann::json{{"error", m.error}}.dump(), {}};
   } else {
     res.body = nlohmann::json{{"rank", it->second.rank},   {"node", node},         {"offset", m.offset},
-                              {"data", m.data},            {"size", m.size},       {"finished", m.finished}}
+                              {"data", m.data},            {"size", m.size},       {"finished", m.finished},
+                              {"cut", m.cut},              {"lost", m.lost}}
                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   it->second.respond(std::move(res));

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <pwd.h>
 #include <sys/resource.h>
@@ -11,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -53,6 +56,11 @@ class AgentClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    TearDownJobs();
+    if (!mounted_.empty()) ::umount2(mounted_.c_str(), MNT_DETACH);
+  }
+
+  void TearDownJobs() {
     // Ranks live in their own process groups and outlive a stopped agent: end every job
     // still live while the agents run, so a failed test leaves no process behind.
     if (http_) {
@@ -133,6 +141,11 @@ class AgentClusterTest : public ::testing::Test {
       const std::function<std::string(const std::string& uuid)>& apps_csv);
   Json node_b_once_drained();
   std::unique_ptr<AgentProcess> nccl_node(const std::string& root_body);
+  // gpu-c with `config` added, its spool a tmpfs mounted with `spool_mount` options when
+  // given (nullptr when it cannot be mounted); gpu-a and gpu-b drained.
+  std::unique_ptr<AgentProcess> node_c(const std::string& config, const std::string& spool_mount = "");
+  Json whole_log(model::JobId id, int rank, std::string& text);
+  std::string mounted_;  // unmounted at the end
 
   testing::TempDir dir_;
   std::string sim_ = dir_.file("sim.yaml");
@@ -999,6 +1012,116 @@ TEST_F(AgentClusterTest, RanksThatExitedZeroWhileNoReportCouldLeaveTheNodeMakeTh
     EXPECT_EQ(r["state"], "EXITED") << r.dump();
     EXPECT_EQ(r["exit_code"], 0) << r.dump();
   }
+}
+
+// A rank finds none of the agent's descriptors (its link to the coordinator, logs, pipes)
+// among its own: only stdin, stdout and stderr.
+TEST_F(AgentClusterTest, ARankHoldsNoDescriptorOfTheAgent) {
+  // ls lists its own descriptors; 3 is the directory it reads them from.
+  model::JobId id = submit("name: fds\ncommand: [sh, -c, 'exec ls /proc/self/fd']\nresources: {nodes: 1, gpus_per_node: 1}\n");
+  Json j = wait_end(id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  EXPECT_EQ(log(id, 0), "0\n1\n2\n3\n");
+}
+
+// A node whose agent caps rank logs at 64 KiB; gpu-a and gpu-b drained so that jobs go there.
+std::unique_ptr<AgentProcess> AgentClusterTest::node_c(const std::string& config, const std::string& spool_mount) {
+  auto c = std::make_unique<AgentProcess>(coord_, dir_, "gpu-c", sim_);
+  c->configure(config);
+  if (!spool_mount.empty()) {
+    std::filesystem::create_directories(c->spool());
+    if (::mount("tmpfs", c->spool().c_str(), "tmpfs", 0, spool_mount.c_str()) != 0) return nullptr;
+    mounted_ = c->spool();
+  }
+  EXPECT_TRUE(c->start());
+  for (const char* node : {"gpu-a", "gpu-b"}) {
+    EXPECT_EQ(call("POST", std::string("/v1/nodes/") + node + "/drain", R"({"reason": "not these"})").status, 200);
+  }
+  return c;
+}
+
+// A rank's log read as corral logs reads it: from each answer's end, until it is all read.
+Json AgentClusterTest::whole_log(model::JobId id, int rank, std::string& text) {
+  std::uint64_t offset = 0;
+  for (;;) {
+    auto r = call("GET", "/v1/jobs/" + std::to_string(id) + "/logs?rank=" + std::to_string(rank) +
+                             "&offset=" + std::to_string(offset));
+    if (r.status != 200) return Json{{"status", r.status}, {"body", r.body}};
+    Json chunk = Json::parse(r.body);
+    const std::string data = chunk["data"].get<std::string>();
+    text += data;
+    offset = chunk["offset"].get<std::uint64_t>() + data.size();
+    if (data.empty() || offset >= chunk["size"].get<std::uint64_t>()) return chunk;
+  }
+}
+
+TEST_F(AgentClusterTest, ALogPastTheAgentsCapKeepsItsHeadAndTailAndTheAnswerSaysItWasCut) {
+  auto c = node_c("rank_log_cap: 64KiB");
+  // About 590 KB, nine times the cap.
+  model::JobId id = submit("name: loud\ncommand: [seq, '100000']\nresources: {nodes: 1, gpus_per_node: 1}\n");
+  Json j = wait_end(id);
+  ASSERT_EQ(j["state"], "COMPLETED") << j.dump(2);
+  // Looked at once more after the rank ended (within a second).
+  std::string text;
+  Json last;
+  ASSERT_TRUE(eventually([&] {
+    text.clear();
+    last = whole_log(id, 0, text);
+    return last.value("cut", 0) > 0;
+  }, 5s)) << last.dump();
+  const std::string marker = "\n[corral: " + std::to_string(last["cut"].get<std::uint64_t>()) + " bytes cut from this log]\n";
+  EXPECT_NE(text.find(marker), std::string::npos) << text.substr(0, 200);
+  EXPECT_EQ(text.rfind("1\n2\n3\n", 0), 0u);
+  EXPECT_TRUE(text.ends_with("99999\n100000\n"));
+  EXPECT_LE(text.size(), 64u * 1024 + 1024);
+  struct stat st {};
+  ASSERT_EQ(::stat((c->spool() + "/jobs/" + std::to_string(id) + "/0/rank-0.log").c_str(), &st), 0);
+  EXPECT_LE(st.st_blocks * 512, 80 * 1024);
+  EXPECT_EQ(last.value("lost", ""), "");
+}
+
+// A spool that cannot take a write (a full 4 MiB tmpfs) under a running job: the node
+// drains saying why, the job's rank is warned that its log may have lost output and
+// corral logs' answer says so; the node takes jobs again once there is room. (A rank
+// whose log cannot be made at launch does not start: LogCap.AFullSpoolRefusesARanksLog...)
+TEST_F(AgentClusterTest, AFullSpoolDrainsTheNodeAndSaysTheRunningRanksLogMayHaveLostOutput) {
+  auto c = node_c("", "size=4m");
+  if (c == nullptr) GTEST_SKIP() << "cannot mount a tmpfs for the spool (needs root)";
+  // The rank waits for the test on a FIFO outside the spool.
+  const std::string fifo = dir_.file("go");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  model::JobId id = submit("name: lost\ncommand: [sh, -c, 'echo before; read x < " + fifo +
+                           "']\nresources: {nodes: 1, gpus_per_node: 1}\n");
+  ASSERT_TRUE(reaches(id, "RUNNING"));
+  {
+    std::ofstream filler(c->spool() + "/filler", std::ios::binary);
+    const std::string block(4096, 'f');
+    while (filler.write(block.data(), block.size())) filler.flush();
+  }
+  auto node_c_state = [&] {
+    for (const auto& node : Json::parse(call("GET", "/v1/nodes").body)) {
+      if (node["name"] == "gpu-c") return node;
+    }
+    return Json{};
+  };
+  Json n;
+  EXPECT_TRUE(eventually([&] { n = node_c_state(); return n["state"] == "drained"; }, 5s)) << n.dump(2);
+  EXPECT_NE(n["reason"].get<std::string>().find("spool cannot take rank logs: the spool " + c->spool() + " is full"),
+            std::string::npos)
+      << n.dump(2);
+  Json j;
+  EXPECT_TRUE(eventually([&] { j = job(id); return !j["ranks"][0]["warnings"].empty(); }, 5s)) << j.dump(2);
+  EXPECT_NE(j["ranks"][0]["warnings"][0].get<std::string>().find("its log may have lost output: "), std::string::npos)
+      << j.dump(2);
+  std::ofstream(fifo) << "go\n";
+  EXPECT_EQ(wait_end(id)["state"], "COMPLETED");
+  auto r = call("GET", "/v1/jobs/" + std::to_string(id) + "/logs?rank=0");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(Json::parse(r.body)["lost"].get<std::string>().find("the spool could not take writes while the rank ran"),
+            std::string::npos)
+      << r.body;
+  std::filesystem::remove(c->spool() + "/filler");
+  EXPECT_TRUE(eventually([&] { n = node_c_state(); return n["state"] == "up"; }, 5s)) << n.dump(2);
 }
 
 // The issue's third failure: a node whose agent is known to be disconnected gets no job.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,29 @@ TEST(Launcher, RunsInItsOwnProcessGroupWithTheGivenEnvAndLog) {
   EXPECT_NE(log.find("err\n"), std::string::npos);
   EXPECT_NE(log.find(dir.path().string()), std::string::npos);
   EXPECT_NE(log.find("leader"), std::string::npos);
+}
+
+TEST(Launcher, ARankInheritsNoDescriptorOfTheAgentButStdinStdoutAndStderr) {
+  // The agent's own descriptors opened without O_CLOEXEC (its link to the coordinator was
+  // one): a socket and both ends of a pipe, at numbers nothing else takes.
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  int fds[2];
+  ASSERT_GE(sock, 0);
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::dup2(sock, 200), 200);
+  ASSERT_EQ(::dup2(fds[0], 201), 201);
+  ASSERT_EQ(::dup2(fds[1], 202), 202);
+  testing::TempDir dir;
+  ProcessSpec spec;
+  // ls lists its own descriptors; 3 is the directory it reads them from.
+  spec.argv = {"/bin/sh", "-c", "exec ls /proc/self/fd"};
+  spec.envp = {"PATH=/usr/bin:/bin"};
+  spec.log_path = dir.file("rank.log");
+  auto pid = spawn(spec);
+  for (int fd : {sock, fds[0], fds[1], 200, 201, 202}) ::close(fd);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message();
+  EXPECT_EQ(describe_status(wait_status(*pid)), "exited with code 0");
+  EXPECT_EQ(slurp(dir.file("rank.log")), "0\n1\n2\n3\n");
 }
 
 TEST(Launcher, ABadWorkdirOrCommandIsAnErrorWithTheReason) {

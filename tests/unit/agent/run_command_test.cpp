@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -217,6 +218,19 @@ TEST(RunCommand, DoesNotLeakTheCallersDescriptorsToTheChild) {
   ::close(fd);
   ASSERT_TRUE(result.has_value()) << result.error().message();
   EXPECT_EQ(result->out, "clean\n");
+}
+
+TEST(RunCommand, TheChildHoldsOnlyStdinStdoutAndStderr) {
+  // A socket and a pipe without O_CLOEXEC, as a caller may hold them.
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  int fds[2];
+  ASSERT_GE(sock, 0);
+  ASSERT_EQ(::pipe(fds), 0);
+  // ls lists its own descriptors; 3 is the directory it reads them from.
+  auto result = run_command({"ls", "/proc/self/fd"}, kGenerous);
+  for (int fd : {sock, fds[0], fds[1]}) ::close(fd);
+  ASSERT_TRUE(result.has_value()) << result.error().message();
+  EXPECT_EQ(result->out, "0\n1\n2\n3\n");
 }
 
 TEST(RunCommand, RejectsAnEmptyCommandAndANonPositiveTimeout) {

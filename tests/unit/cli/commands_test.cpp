@@ -474,6 +474,22 @@ TEST_F(CommandsTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
   EXPECT_TRUE(sleeps_.empty());
 }
 
+TEST_F(CommandsTest, LogsSaysAfterTheLogThatItWasCutAndMayHaveLostOutput) {
+  api_.answer(200, R"({"rank": 0, "node": "a", "offset": 0, "data": "head\n[corral: 900 bytes cut from this log]\n",
+                       "size": 1000, "finished": true, "cut": 900})");
+  api_.answer(200, R"({"rank": 0, "node": "a", "offset": 995, "data": "tail\n", "size": 1000, "finished": true,
+                       "cut": 900, "lost": "the spool was full"})");
+  auto c = ctx();
+  EXPECT_EQ(run_logs(c, {.job = "3"}), kExitOk);
+  EXPECT_EQ(out_.str(), "head\n[corral: 900 bytes cut from this log]\ntail\n");
+  ASSERT_EQ(api_.calls.size(), 2u);  // the second answer starts after the hole (995)
+  EXPECT_EQ(api_.calls[1].target, "/v1/jobs/3/logs?rank=0&offset=43");
+  EXPECT_EQ(err_.str(),
+            "corral: 900 bytes were cut from the middle of this log (the node's rank_log_cap); a line "
+            "\"[corral: N bytes cut from this log]\" marks where\n"
+            "corral: output may be missing from this log: the spool was full\n");
+}
+
 TEST_F(CommandsTest, DrainSendsTheReasonAndResumeNothing) {
   api_.answer(200, R"({"name": "gpu a", "state": "drained", "reason": "bad fan"})");
   api_.answer(200, R"({"name": "gpu a", "state": "up", "reason": ""})");

@@ -26,6 +26,23 @@ TEST(AgentConfig, TheShippedExampleLoads) {
   EXPECT_EQ(c->node, "gpu-a");
   EXPECT_EQ(c->ports, (PortRange{29500, 29999}));
   EXPECT_FALSE(c->allow_root_jobs);
+  EXPECT_EQ(c->rank_log_cap, std::uint64_t{1} << 30);
+}
+
+TEST(AgentConfig, TheRankLogCapIsASizeWithinItsRange) {
+  const std::string base = "node: a\ncoordinator: https://127.0.0.1:1\nca: c\ncert: c\nkey: k\nadvertise: 127.0.0.1\n";
+  auto c = parse_agent_config(base + "rank_log_cap: 64KiB\n", "a.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->rank_log_cap, 65536u);
+  c = parse_agent_config(base + "rank_log_cap: 3 GiB\n", "a.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->rank_log_cap, std::uint64_t{3} << 30);
+  for (const char* bad : {"1000", "2TB", "lots", "99999999999999999999GiB"}) {
+    c = parse_agent_config(base + "rank_log_cap: " + bad + "\n", "a.yaml");
+    ASSERT_FALSE(c.has_value()) << bad;
+    EXPECT_EQ(c.error().message(), std::string("a.yaml:7:15: rank_log_cap: must be a size from 64KiB to 1024GiB "
+                                               "(bytes, or a number with KiB, MiB or GiB), got \"") + bad + "\"");
+  }
 }
 
 TEST(CoordinatorConfig, ListsEveryProblemWithItsPosition) {

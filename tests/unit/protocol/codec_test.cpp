@@ -49,6 +49,7 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   round_trip_agent(RankStarted{7, 1, 3, 999});
   round_trip_agent(RankExited{7, 1, 3, 0, 9, "killed by signal 9", false});
   round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
+  round_trip_agent(LogData{5, "line\n", 10, 15, true, "", 4096, "the spool was full"});
   round_trip_agent(RankJoined{7, 1, 3});
   round_trip_agent(RankStall{7, 1, 3, true, 300000, "T (stopped)"});
   round_trip_agent(RankWarning{7, 1, 1, "pid 812 (python3) holds memory on GPU 0"});
