@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -51,6 +52,40 @@ class Echo final : public net::ServerHandler {
   std::atomic<int> requests{0};  // counted on the loop thread, read by the test's
 };
 
+// A TLS echo server on a loop thread of its own, with a CA and certificate made for it.
+struct TlsEchoServer {
+  void start(const testing::TempDir& dir) {
+    ASSERT_TRUE(net::create_ca(dir.file("ca.pem"), dir.file("ca.key"), "corral test CA").has_value());
+    ASSERT_TRUE(net::issue_certificate(dir.file("ca.pem"), dir.file("ca.key"), dir.file("server.pem"),
+                                       dir.file("server.key"), {"coordinator", {"127.0.0.1"}, true, false})
+                    .has_value());
+    net::ServerOptions opts;
+    opts.host = "127.0.0.1";
+    opts.tls = {dir.file("ca.pem"), dir.file("server.pem"), dir.file("server.key")};
+    auto started = net::Server::start(loop, opts, echo);
+    ASSERT_TRUE(started.has_value()) << started.error().message();
+    server = std::move(*started);
+    url = "https://127.0.0.1:" + std::to_string(server->port());
+    thread = std::thread([this] { loop.run(); });
+  }
+  // Stops the server and its loop, and returns once the loop thread has ended.
+  void stop() {
+    if (!thread.joinable()) return;
+    loop.post([this] {
+      server->stop();
+      loop.stop();
+    });
+    thread.join();
+  }
+  ~TlsEchoServer() { stop(); }
+
+  net::EventLoop loop;
+  Echo echo;
+  std::unique_ptr<net::Server> server;
+  std::string url;
+  std::thread thread;
+};
+
 bool exists(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
@@ -58,19 +93,10 @@ bool exists(const std::string& path) {
 
 TEST(KeeperRelay, CommandsOnEightThreadsAreEachAnsweredByTheServerAndAnIdleKeeperEnds) {
   testing::TempDir dir;
-  ASSERT_TRUE(net::create_ca(dir.file("ca.pem"), dir.file("ca.key"), "corral test CA").has_value());
-  ASSERT_TRUE(net::issue_certificate(dir.file("ca.pem"), dir.file("ca.key"), dir.file("server.pem"),
-                                     dir.file("server.key"), {"coordinator", {"127.0.0.1"}, true, false})
-                  .has_value());
-  net::EventLoop loop;
-  Echo echo;
-  net::ServerOptions opts;
-  opts.host = "127.0.0.1";
-  opts.tls = {dir.file("ca.pem"), dir.file("server.pem"), dir.file("server.key")};
-  auto server = net::Server::start(loop, opts, echo);
-  ASSERT_TRUE(server.has_value()) << server.error().message();
-  std::thread loop_thread([&] { loop.run(); });
-  const std::string url = "https://127.0.0.1:" + std::to_string((*server)->port());
+  TlsEchoServer tls;
+  ASSERT_NO_FATAL_FAILURE(tls.start(dir));
+  Echo& echo = tls.echo;
+  const std::string url = tls.url;
 
   ASSERT_EQ(::mkdir(dir.file("run").c_str(), 0700), 0);
   const std::string socket = dir.file("run/keeper");
@@ -109,30 +135,16 @@ TEST(KeeperRelay, CommandsOnEightThreadsAreEachAnsweredByTheServerAndAnIdleKeepe
   ASSERT_EQ(keeper.wait_for(15s), std::future_status::ready) << "an idle keeper did not end";
   EXPECT_EQ(keeper.get(), 0) << err.str();
   EXPECT_FALSE(exists(socket)) << "its socket is left";
-  loop.post([&] {
-    (*server)->stop();
-    loop.stop();
-  });
-  loop_thread.join();
+  tls.stop();
 }
 
 // A keeper whose server has stopped (the kept connection closed, a new one refused) ends
 // within seconds, not at its idle limit, and removes its socket as an idle one does.
 TEST(KeeperRelay, AKeeperWhoseServerStoppedEndsWithinSecondsAndRemovesItsSocket) {
   testing::TempDir dir;
-  ASSERT_TRUE(net::create_ca(dir.file("ca.pem"), dir.file("ca.key"), "corral test CA").has_value());
-  ASSERT_TRUE(net::issue_certificate(dir.file("ca.pem"), dir.file("ca.key"), dir.file("server.pem"),
-                                     dir.file("server.key"), {"coordinator", {"127.0.0.1"}, true, false})
-                  .has_value());
-  net::EventLoop loop;
-  Echo echo;
-  net::ServerOptions opts;
-  opts.host = "127.0.0.1";
-  opts.tls = {dir.file("ca.pem"), dir.file("server.pem"), dir.file("server.key")};
-  auto server = net::Server::start(loop, opts, echo);
-  ASSERT_TRUE(server.has_value()) << server.error().message();
-  std::thread loop_thread([&] { loop.run(); });
-  const std::string url = "https://127.0.0.1:" + std::to_string((*server)->port());
+  TlsEchoServer tls;
+  ASSERT_NO_FATAL_FAILURE(tls.start(dir));
+  const std::string url = tls.url;
 
   ASSERT_EQ(::mkdir(dir.file("run").c_str(), 0700), 0);
   const std::string socket = dir.file("run/keeper");
@@ -151,14 +163,7 @@ TEST(KeeperRelay, AKeeperWhoseServerStoppedEndsWithinSecondsAndRemovesItsSocket)
     EXPECT_EQ(r->status, 200);
   }
 
-  std::promise<void> stopped;
-  loop.post([&] {
-    (*server)->stop();
-    loop.stop();
-    stopped.set_value();
-  });
-  stopped.get_future().wait();
-  loop_thread.join();
+  tls.stop();
   const auto since = std::chrono::steady_clock::now();
   ASSERT_EQ(keeper.wait_for(15s), std::future_status::ready) << "the keeper outlived its server";
   EXPECT_LT(std::chrono::steady_clock::now() - since, 8s * testing::kSanitizerSlowdown);
