@@ -1223,8 +1223,9 @@ TEST_F(PrivateDataTest, PrivateDataShowsAUserTheirOwnJobsHistoryAndUsageAndAnAdm
   EXPECT_EQ(cancel.status, 404) << cancel.body;
   auto bulk = call(bob_, "POST", "/v1/jobs/cancel", Json{{"ids", {admins_running_, admins_ended_}}}.dump());
   ASSERT_EQ(bulk.status, 200) << bulk.body;
-  EXPECT_TRUE(Json::parse(bulk.body)["cancelled"].empty()) << bulk.body;
-  for (const auto& failed : Json::parse(bulk.body)["failed"]) EXPECT_EQ(failed["status"], 404) << bulk.body;
+  const Json answer = Json::parse(bulk.body);  // kept: a range-for over a temporary's member dangles
+  EXPECT_TRUE(answer["cancelled"].empty()) << bulk.body;
+  for (const auto& failed : answer["failed"]) EXPECT_EQ(failed["status"], 404) << bulk.body;
   EXPECT_EQ(bulk.body.find("tester"), std::string::npos) << bulk.body;
   EXPECT_EQ(get(admin_, "/v1/jobs/" + admins)["state"], "RUNNING");
   EXPECT_EQ(get(bob_, "/v1/jobs/" + std::to_string(bobs_running_))["name"], "bobs-run");
