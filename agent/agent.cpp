@@ -52,8 +52,6 @@ constexpr std::chrono::seconds kGpuUtilizationServes{5};
 // How often ranks' logs are held to rank_log_cap: a log passes the cap by at most what its
 // rank writes in this time.
 constexpr Duration kLogCheckInterval = std::chrono::seconds(1);
-// Ranks whose log lost output that corral logs still says so of.
-constexpr std::size_t kLostLogsRemembered = 4096;
 
 
 template <class Work, class Done>
@@ -406,15 +404,14 @@ void Agent::on_started(const Key& key, StartOutcome outcome) {
     job.ranks[s.rank] = Rank{s.rank, s.pid, false, false, false, s.log, s.gpus};
     job.gpu_uuids.insert(job.gpu_uuids.end(), s.gpu_uuids.begin(), s.gpu_uuids.end());
   }
-  if (!outcome.spool_problem.empty() && "spool cannot take rank logs: " + outcome.spool_problem != spool_error_) {
+  if (spool_health_.launch_failed(outcome.spool_problem)) {
     // Drained until a look at the spool finds room again (check_logs).
-    spool_error_ = "spool cannot take rank logs: " + outcome.spool_problem;
-    spdlog::error("{}", spool_error_);
+    spdlog::error("{}", spool_health_.error());
     send_health();
   }
   for (const auto& report : outcome.reports) {
     if (const auto* failed = std::get_if<protocol::RankExited>(&report); failed && failed->launch_failure) {
-      if (!outcome.spool_problem.empty()) remember_lost_log(key, failed->rank, failed->reason);
+      if (!outcome.spool_problem.empty()) spool_health_.lost(key.first, key.second, failed->rank, failed->reason);
       spdlog::warn("job {} attempt {} rank {} cannot start here: {}", key.first, key.second, failed->rank,
                    failed->reason);
       report_end(*failed, Spool::marker_name(key.first, key.second, failed->rank));
@@ -487,7 +484,7 @@ void Agent::rank_done(const Key& key, Rank& rank, int status, bool group_gone) {
   // a group seen empty since the reap is let go (its id may be reused).
   if (!group_gone) signal_group(rank.pid, SIGKILL);
   rank.group_gone = group_gone || !group_alive(rank.pid);
-  logs_to_check_once_.emplace_back(key, rank.rank, rank.log);
+  spool_health_.check_once(rank.log);
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
@@ -635,8 +632,7 @@ void Agent::on_log_request(const protocol::LogRequest& m) {
   bool running = it != jobs_.end() && (it->second.launching || (it->second.ranks.contains(m.rank) &&
                                                                 !it->second.ranks.at(m.rank).exited));
   // Read on its own thread, in the order asked, whatever the other work waits for.
-  std::string lost;
-  if (auto l = lost_logs_.find({m.job, m.attempt, m.rank}); l != lost_logs_.end()) lost = l->second;
+  std::string lost = spool_health_.lost_why(m.job, m.attempt, m.rank);
   logs_->run([m, path = spool_.log_path(m.job, m.attempt, m.rank), running,
               lost = std::move(lost)] { return answer_log_request(m, path, running, lost); },
              [this](const protocol::LogData& d) { send(d); });
@@ -910,16 +906,17 @@ void Agent::run_preflight() {
 }
 
 std::string Agent::node_health() const {
-  if (spool_error_.empty()) return health_error_;
-  return health_error_.empty() ? spool_error_ : health_error_ + "; " + spool_error_;
+  const std::string& spool = spool_health_.error();
+  if (spool.empty()) return health_error_;
+  return health_error_.empty() ? spool : health_error_ + "; " + spool;
 }
 
 void Agent::send_health() { send(protocol::Health{node_health()}); }
 
 void Agent::check_logs() {
-  if (log_check_running_) return;  // the last look is still going
+  if (!spool_health_.begin_look()) return;  // the last look is still going
   std::vector<std::tuple<Key, int>> ranks;  // running: told when their output may be lost
-  std::vector<std::string> logs;
+  std::vector<std::string> logs = spool_health_.take_check_once();
   for (const auto& [key, job] : jobs_) {
     for (const auto& [r, rank] : job.ranks) {
       if (rank.exited) continue;
@@ -927,9 +924,6 @@ void Agent::check_logs() {
       logs.push_back(rank.log);
     }
   }
-  for (const auto& [key, r, log] : logs_to_check_once_) logs.push_back(log);
-  logs_to_check_once_.clear();
-  log_check_running_ = true;
   offload(
       *work_,
       [logs = std::move(logs), cap = config_.rank_log_cap, spool = spool_] {
@@ -940,29 +934,22 @@ void Agent::check_logs() {
 }
 
 void Agent::on_logs_checked(const std::vector<std::tuple<Key, int>>& ranks, const std::string& problem) {
-  log_check_running_ = false;
+  spool_health_.end_look();
   if (!problem.empty()) {
     // What the ranks running now wrote may not have reached their logs: said on the job
     // and by corral logs, so that a job is never taken for complete with its output lost.
     for (const auto& [key, r] : ranks) {
-      remember_lost_log(key, r, "the spool could not take writes while the rank ran (" + problem + ")");
+      spool_health_.lost(key.first, key.second, r, "the spool could not take writes while the rank ran (" + problem + ")");
       auto [job, rank] = running_rank(key, r);
       if (rank != nullptr && rank->warned.insert("log lost").second) {
         send(protocol::RankWarning{key.first, key.second, r, "its log may have lost output: " + problem});
       }
     }
   }
-  std::string error = problem.empty() ? "" : "spool cannot take rank logs: " + problem;
-  if (error == spool_error_) return;
-  spool_error_ = std::move(error);
-  if (!spool_error_.empty()) spdlog::error("{}", spool_error_);
+  if (!spool_health_.looked(problem)) return;
+  if (!spool_health_.error().empty()) spdlog::error("{}", spool_health_.error());
   else spdlog::info("the spool takes rank logs again");
   send_health();
-}
-
-void Agent::remember_lost_log(const Key& key, int rank, const std::string& why) {
-  lost_logs_.insert_or_assign({key.first, key.second, rank}, why);
-  while (lost_logs_.size() > kLostLogsRemembered) lost_logs_.erase(lost_logs_.begin());
 }
 
 }  // namespace corral::agent

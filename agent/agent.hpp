@@ -28,6 +28,7 @@
 #include "agent/nccl_root.hpp"
 #include "agent/rank_watch.hpp"
 #include "agent/spool.hpp"
+#include "agent/spool_health.hpp"
 #include "common/model/config.hpp"
 #include "common/net/blocking_work.hpp"
 #include "common/net/event_loop.hpp"
@@ -159,8 +160,6 @@ class Agent {
   // rank_log_cap (log_cap), and whether the spool can take writes.
   void check_logs();
   void on_logs_checked(const std::vector<std::tuple<Key, int>>& ranks, const std::string& problem);
-  // Why output may be missing from a rank's log, for corral logs (bounded, newest kept).
-  void remember_lost_log(const Key& key, int rank, const std::string& why);
   // Once the node is surveyed: the link, and the periodic preflight.
   void on_surveyed(protocol::Hello node);
   // Looks, off the loop, for ranks that checked in since the last look, and every
@@ -197,13 +196,8 @@ class Agent {
   std::string agent_id_;  // CORRAL_AGENT_ID of the ranks started here
   std::string interface_;
   std::string health_error_;
-  // Why the spool cannot take the ranks' logs (full, failing), or "": drains the node too.
-  std::string spool_error_;
+  SpoolHealth spool_health_;
   std::unique_ptr<net::Timer> log_timer_;
-  bool log_check_running_ = false;
-  // Logs of ranks that ended since the last look: looked at once more.
-  std::vector<std::tuple<Key, int, std::string>> logs_to_check_once_;
-  std::map<std::tuple<model::JobId, int, int>, std::string> lost_logs_;
   bool preflight_running_ = false;
   std::uint64_t prepares_ = 0;
   // Launches on the launch thread: until they are back, Synced waits (the coordinator

@@ -363,11 +363,11 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
     if (!ok) {
       auto failed = error_response(503, "not stored: " + ok.error().message());
       respond(failed);
-      for (const auto& r : retries) r(failed);
+      for (const auto& retry : retries) retry(failed);
       return;
     }
     respond(submitted_response(ids, /*repeated=*/false));
-    for (const auto& r : retries) r(submitted_response(ids, /*repeated=*/true));
+    for (const auto& retry : retries) retry(submitted_response(ids, /*repeated=*/true));
   });
   // A dependency that can never be met has cancelled the job already: that comes after.
   flush_effects();

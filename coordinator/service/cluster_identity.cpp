@@ -154,8 +154,11 @@ Result<ClusterStore> create_cluster_store(const std::string& state_dir, const st
   if (old_id && old_id->has_value()) {
     if (auto w = write_identity(id_path + ".previous", **old_id); !w) return std::unexpected(w.error());
   }
-  if (auto ok = (*store)->set_cluster_identity(identity); !ok) return std::unexpected(ok.error());
+  // The state folder first: killed between the two writes, this leaves a database that
+  // holds nothing, which a start refuses and the same command runs on again; the other
+  // order would leave a database naming a cluster the state folder does not know.
   if (auto w = write_identity(id_path, identity); !w) return std::unexpected(w.error());
+  if (auto ok = (*store)->set_cluster_identity(identity); !ok) return std::unexpected(ok.error());
   return ClusterStore{std::move(*store), std::move(identity)};
 }
 

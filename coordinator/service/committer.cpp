@@ -7,17 +7,6 @@
 
 namespace corral::service {
 
-bool store_failure(const Error& error) {
-  switch (error.code()) {
-    case ErrorCode::Unavailable:        // I/O error, busy, cannot open
-    case ErrorCode::ResourceExhausted:  // disk full
-    case ErrorCode::PermissionDenied:   // read-only
-      return true;
-    default:
-      return false;
-  }
-}
-
 Committer::Committer(net::EventLoop& loop, store::Store& store, std::function<void(const Error&)> on_failure,
                      std::function<void(const Error*)> on_store_state)
     : loop_(loop),
@@ -96,7 +85,7 @@ void Committer::flush() {
   // The store wrote none of the batch (it fails a batch whole on such errors): keep it,
   // ahead of anything queued since, and try again. Nothing of it is answered or sent
   // until it commits, so memory ahead of the disk is never seen outside.
-  if (failure != nullptr && store_failure(*failure) &&
+  if (failure != nullptr && store::cannot_write(*failure) &&
       std::all_of(results.begin(), results.end(), [](const Result<void>& r) { return !r; })) {
     ++retries_;
     --batches_;

@@ -3,7 +3,7 @@
 // of the event loop and are written in one SQLite transaction (one sync) at the end of
 // it; only then do their callbacks run, which is where responses and agent messages
 // are sent. So nothing is acknowledged or acted on before it is durable. A batch the
-// store could not write at all (disk full, read-only, I/O error: `store_failure`) is kept,
+// store could not write at all (disk full, read-only, I/O error: `store::cannot_write`) is kept,
 // whole and in order, and tried again every `kRetry` until it commits; meanwhile nothing
 // queued after it runs either, and failing() says why. Lives on the event loop's thread.
 
@@ -18,10 +18,6 @@
 #include "coordinator/store/store.hpp"
 
 namespace corral::service {
-
-// Whether a commit failed because the store cannot write at all, which passes (space
-// freed, the file system remounted read-write), rather than for one change's content.
-bool store_failure(const Error& error);
 
 class Committer {
  public:

@@ -236,13 +236,6 @@ Result<std::string> SqliteStore::pragma(std::string_view name) {
 
 // ---- writes ----
 
-namespace {
-// Disk full, read-only, an I/O error or a lock held elsewhere: nothing can be written now.
-bool writes_nothing(const Error& e) {
-  return e.code() == ErrorCode::ResourceExhausted || e.code() == ErrorCode::Unavailable ||
-         e.code() == ErrorCode::PermissionDenied;
-}
-}  // namespace
 
 std::vector<Result<void>> SqliteStore::commit(std::span<const Change> changes) {
   std::vector<Result<void>> results;
@@ -278,7 +271,7 @@ Result<void> SqliteStore::apply_change(const Change& change) {
     auto ok = std::visit([this](const auto& m) { return apply(m); }, mutation);
     if (ok) continue;
     if (!db_->in_transaction()) return ok;  // commit() reports the whole batch
-    if (writes_nothing(ok.error())) {
+    if (cannot_write(ok.error())) {
       // The file, not this change, is at fault: no change of the batch is kept, so the
       // caller can hold the batch whole and write it again once the store can.
       (void)db_->run("ROLLBACK");

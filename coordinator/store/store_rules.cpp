@@ -160,4 +160,15 @@ Error token_taken_error(std::string_view holder, std::string_view user) {
                "user " + std::string(user) + ": that token already belongs to user " + std::string(holder));
 }
 
+bool cannot_write(const Error& error) {
+  switch (error.code()) {
+    case ErrorCode::Unavailable:        // I/O error, busy, cannot open
+    case ErrorCode::ResourceExhausted:  // disk full
+    case ErrorCode::PermissionDenied:   // read-only
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace corral::store

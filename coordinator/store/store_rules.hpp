@@ -52,6 +52,11 @@ std::vector<PortKey> ports_held_by(const JobRecord& job);
 // they do not fold.
 bool fold_job_update(Change& into, Change& next);
 
+// Whether an error says the store cannot write at all now (disk full, read-only, an I/O
+// error, a lock held elsewhere), which passes, rather than that one change was refused
+// for its content: a batch failed so is failed whole and may be written again as it is.
+bool cannot_write(const Error& error);
+
 // What UpsertUser accepts: a name of 1 to 64 characters of [A-Za-z0-9._-] (it is also a
 // Unix user name) and a token hash of exactly 64 lowercase hex characters.
 [[nodiscard]] Result<void> check_user(const User& user);

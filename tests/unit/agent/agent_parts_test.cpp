@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/spool_health.hpp"
 #include "agent/attempt_sweep.hpp"
 #include "agent/kill_escalation.hpp"
 #include "agent/launcher.hpp"
@@ -431,6 +432,34 @@ TEST(AttemptSweep, WhatSurvivesEveryLookIsReportedAndADestroyedSweepAnswersNobod
   work.run([] {}, [&] { loop.stop(); });
   loop.run();
   EXPECT_FALSE(called);
+}
+
+// SpoolHealth: a launch's failure drains until a look lifts it; a look both sets and lifts.
+TEST(SpoolHealth, ALaunchFailureDrainsUntilALookFindsRoomAndOnlyChangesAreReported) {
+  SpoolHealth h;
+  EXPECT_FALSE(h.launch_failed(""));
+  EXPECT_TRUE(h.launch_failed("No space left on device"));
+  EXPECT_EQ(h.error(), "spool cannot take rank logs: No space left on device");
+  EXPECT_FALSE(h.launch_failed("No space left on device")) << "the same reason again is no change";
+  EXPECT_FALSE(h.looked("No space left on device"));
+  EXPECT_TRUE(h.looked(""));
+  EXPECT_EQ(h.error(), "");
+  EXPECT_FALSE(h.looked(""));
+}
+
+TEST(SpoolHealth, LostLogsAreKeptNewestFirstUpToTheBoundAndLogsToLookAtAgainAreTakenOnce) {
+  SpoolHealth h;
+  for (std::size_t i = 0; i <= SpoolHealth::kLostLogsRemembered; ++i) h.lost(static_cast<model::JobId>(i + 1), 0, 0, "full");
+  EXPECT_EQ(h.lost_why(1, 0, 0), "") << "the oldest job's is let go past the bound";
+  EXPECT_EQ(h.lost_why(2, 0, 0), "full");
+  EXPECT_EQ(h.lost_why(2, 0, 1), "");
+  h.check_once("a.log");
+  EXPECT_EQ(h.take_check_once(), std::vector<std::string>{"a.log"});
+  EXPECT_TRUE(h.take_check_once().empty());
+  EXPECT_TRUE(h.begin_look());
+  EXPECT_FALSE(h.begin_look()) << "one look at a time";
+  h.end_look();
+  EXPECT_TRUE(h.begin_look());
 }
 
 }  // namespace

@@ -16,7 +16,10 @@ TEST(SubmitKeys, PrunesAtOnceThenEveryTenMinutesAndKeepsAKeyForADay) {
   SubmitKeys keys(store);
   const TimePoint t0 = from_millis(1'800'000'000'000);
   store::Change made;
-  made.mutations.emplace_back(store::InsertJob{{.id = 1, .user = "ada"}});
+  store::JobRecord job;
+  job.id = 1;
+  job.user = "ada";
+  made.mutations.emplace_back(store::InsertJob{job});
   keys.record("ada", "k", {1}, t0, made);
   EXPECT_EQ(keys.in_flight(), 1u);
   ASSERT_TRUE(store.commit(made).has_value());
