@@ -73,7 +73,11 @@ class Lab:
 
 
 class LocalCluster:
-    def __init__(self, build, agents=2, sim="a100x8.yaml", settings="", netns=False, state_size=None):
+    def __init__(self, build, agents=2, sim="a100x8.yaml", settings="", netns=False, state_size=None,
+                 proc_env=None):
+        # proc_env: environment added to a process, by name ("coordinator", or an agent's
+        # node name such as "bench-a"): e.g. libfaketime for bench/clock_step.py.
+        self.proc_env = proc_env or {}
         self.build = build
         self.dir = tempfile.mkdtemp(prefix="corral-bench-")
         self.procs = []
@@ -157,7 +161,7 @@ class LocalCluster:
     def start_coordinator(self):
         """Starts the coordinator again, on the same address and port, and waits until it answers."""
         log = open(os.path.join(self.dir, "coordinator.log"), "a")
-        self.procs[0] = subprocess.Popen(self.coord_argv, stdout=log, stderr=log)
+        self.procs[0] = subprocess.Popen(self.coord_argv, stdout=log, stderr=log, env=self._env_of("coordinator"))
         deadline = time.time() + 20
         while True:
             try:
@@ -180,9 +184,12 @@ class LocalCluster:
     def on_agent(self, agent):
         return self._on(agent + 1)
 
+    def _env_of(self, name):
+        return {**os.environ, **self.proc_env[name]} if name in self.proc_env else None
+
     def _start(self, argv, name):
         log = open(os.path.join(self.dir, name + ".log"), "w")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=log))
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=log, env=self._env_of(name)))
 
     def _conn(self):
         conn = getattr(self.local, "conn", None)

@@ -22,7 +22,7 @@ const model::GpuClass kClasses[] = {{"NVIDIA A100-SXM4-80GB", 81920, "550.54.15"
                                     {"NVIDIA A100-SXM4-80GB", 81920, "535.104.05"},
                                     {"NVIDIA H100 80GB HBM3", 81920, "550.54.15"}};
 
-Scheduler make_cluster(int nodes, TimePoint now) {
+Scheduler make_cluster(int nodes, Instant now) {
   Scheduler s;
   for (int n = 0; n < nodes; ++n) {
     model::Node node;
@@ -65,7 +65,7 @@ model::JobSpec random_spec(std::mt19937_64& rng) {
   return spec;
 }
 
-void add_pending(Scheduler& s, int jobs, model::JobId first_id, TimePoint now, std::mt19937_64& rng) {
+void add_pending(Scheduler& s, int jobs, model::JobId first_id, Instant now, std::mt19937_64& rng) {
   for (int j = 0; j < jobs; ++j) {
     (void)s.add_pending(first_id + j, "user" + std::to_string(j % 12), random_spec(rng), now);
   }
@@ -74,7 +74,7 @@ void add_pending(Scheduler& s, int jobs, model::JobId first_id, TimePoint now, s
 void BM_PassFresh(benchmark::State& state) {
   int nodes = static_cast<int>(state.range(0));
   int jobs = static_cast<int>(state.range(1));
-  TimePoint now(std::chrono::seconds(1'700'000'000));
+  Instant now(std::chrono::seconds(1'700'000'000));
   std::mt19937_64 rng(42);
   Scheduler base = make_cluster(nodes, now);
   add_pending(base, jobs, 1, now, rng);
@@ -99,7 +99,7 @@ void BM_PassFresh(benchmark::State& state) {
 void BM_PassBusy(benchmark::State& state) {
   int nodes = static_cast<int>(state.range(0));
   int jobs = static_cast<int>(state.range(1));
-  TimePoint now(std::chrono::seconds(1'700'000'000));
+  Instant now(std::chrono::seconds(1'700'000'000));
   std::mt19937_64 rng(7);
   Scheduler base = make_cluster(nodes, now);
   // Fill the cluster with single-GPU jobs, then queue the pending load behind them.

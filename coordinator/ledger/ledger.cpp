@@ -79,7 +79,7 @@ bool Ledger::connected(const std::string& node) const {
   return l != nullptr && l->connected;
 }
 
-std::optional<TimePoint> Ledger::lost_at(const std::string& node) const {
+std::optional<Instant> Ledger::lost_at(const std::string& node) const {
   const Link* l = link(node);
   if (l == nullptr || l->lost || (l->connected && !l->silent)) return std::nullopt;
   // After a restart, an agent that is not back when the grace ends is lost then.
@@ -103,24 +103,25 @@ bool Ledger::holds_foreign(const std::string& node) const {
 namespace {
 // When a rank ended: as its agent dated it, within what can be true (after its attempt
 // started, not after we heard of it), so that ends held back through an outage keep their
-// time and a node's wrong clock cannot date an end outside the run.
+// time and a node's wrong clock cannot date an end outside the run. Never before the
+// start, even when our own clock stepped back since: a run has no negative length.
 TimePoint rank_end_time(const store::JobRecord& rec, std::int64_t agent_ms, TimePoint now) {
-  if (agent_ms <= 0) return now;
-  TimePoint at = from_millis(agent_ms);
+  TimePoint at = agent_ms <= 0 ? now : std::min(from_millis(agent_ms), now);
   if (rec.started_at && at < *rec.started_at) at = *rec.started_at;
-  return std::min(at, now);
+  return at;
 }
 
 // A job that ran ended when its last rank did, if every rank's end is known (they all
 // exited, or were killed, and said when); otherwise when its end was decided, now.
 TimePoint job_end_time(const store::JobRecord& rec, TimePoint now) {
-  if (rec.ranks.empty() || !rec.started_at) return now;
+  if (!rec.started_at) return now;
   TimePoint last = *rec.started_at;
+  bool all_dated = !rec.ranks.empty();
   for (const auto& r : rec.ranks) {
-    if (!r.ended_at) return now;
-    last = std::max(last, *r.ended_at);
+    if (!r.ended_at) all_dated = false;
+    if (r.ended_at) last = std::max(last, *r.ended_at);
   }
-  return std::min(last, now);
+  return std::max(*rec.started_at, all_dated ? std::min(last, now) : now);
 }
 
 // A drain the agent's own word set (preflight) or its cluster's (held), which its next
@@ -142,7 +143,7 @@ model::JobSpec element_spec(model::JobSpec spec) {
 }  // namespace
 
 Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec spec, std::string spec_text,
-                                         TimePoint now, model::Submission submission, const EndedLookup& ended) {
+                                         Now now, model::Submission submission, const EndedLookup& ended) {
   now_ = now;
   const model::JobId first = max_job_id_ + 1;
   for (const auto& d : spec.dependencies) {
@@ -165,7 +166,7 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
   for (std::size_t i = 0; i < elements.size(); ++i) {
     const model::JobId id = first + static_cast<model::JobId>(i);
     // Only the spec can make this fail (new ids are free), so only the first element.
-    if (auto added = scheduler_.add_pending(id, user, kept, now); !added) {
+    if (auto added = scheduler_.add_pending(id, user, kept, now.mono); !added) {
       CORRAL_CHECK(i == 0);
       return std::unexpected(added.error());
     }
@@ -175,13 +176,13 @@ Result<Ledger::Submitted> Ledger::submit(const std::string& user, model::JobSpec
     rec.name = spec.name;
     rec.spec_yaml = spec_text;
     rec.state = JobState::Pending;
-    rec.submitted_at = now;
+    rec.submitted_at = now.wall;
     rec.submission = submission;
     rec.array = elements[i];
     std::string text = "submitted by " + user;
     if (rec.array) text += " (array " + std::to_string(first) + ", index " + std::to_string(rec.array->index) + ")";
     out.change.mutations.emplace_back(store::InsertJob{rec});
-    out.change.mutations.emplace_back(store::AppendEvent{{id, now, std::move(text)}});
+    out.change.mutations.emplace_back(store::AppendEvent{{id, now.wall, std::move(text)}});
     jobs_.emplace(id, Job{std::move(rec), kept, {}, {}, false, {}, {}});
     out.ids.push_back(id);
   }
@@ -328,7 +329,7 @@ void Ledger::dependency_ended(model::JobId dependent, model::JobId dep, JobState
   sched::EventInfo info;
   info.message = "job " + std::to_string(dep) + " ended " + std::string(model::to_string(state)) + "; " +
                  std::string(model::to_string(kind)) + " needed it " + std::string(wanted(kind));
-  auto r = scheduler_.on_event(dependent, job->record.attempt, sched::JobEvent::DependencyNeverSatisfied, now_, info);
+  auto r = scheduler_.on_event(dependent, job->record.attempt, sched::JobEvent::DependencyNeverSatisfied, now_.mono, info);
   if (r) apply(*r);
 }
 
@@ -380,7 +381,7 @@ void Ledger::settle_dependencies() {
   }
 }
 
-Result<void> Ledger::cancel(model::JobId id, const std::string& user, bool admin, TimePoint now) {
+Result<void> Ledger::cancel(model::JobId id, const std::string& user, bool admin, Now now) {
   now_ = now;
   Job* job = live(id);
   if (job == nullptr) return make_error(ErrorCode::NotFound, "job " + std::to_string(id) + " is not live");
@@ -394,13 +395,13 @@ Result<void> Ledger::cancel(model::JobId id, const std::string& user, bool admin
   }
   sched::EventInfo info;
   info.message = "cancelled by " + user;
-  auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::Cancel, now, info);
+  auto r = scheduler_.on_event(id, job->record.attempt, sched::JobEvent::Cancel, now.mono, info);
   if (!r) return std::unexpected(r.error());
   apply(*r);
   return {};
 }
 
-Result<void> Ledger::set_drained(const std::string& name, bool drained, const std::string& reason, TimePoint now) {
+Result<void> Ledger::set_drained(const std::string& name, bool drained, const std::string& reason, Now now) {
   now_ = now;
   if (scheduler_.node(name) == nullptr) return make_error(ErrorCode::NotFound, "no node " + name);
   // A node whose agent is away but not lost yet is resumed as up: it still takes no new
@@ -408,7 +409,7 @@ Result<void> Ledger::set_drained(const std::string& name, bool drained, const st
   const Link* l = link(name);
   bool up = l != nullptr && (l->connected || !l->lost);
   model::NodeState target = drained ? model::NodeState::Drained : (up ? model::NodeState::Up : model::NodeState::Down);
-  auto r = scheduler_.set_node_state(name, target, drained ? reason : (up ? "" : "agent not connected"), now);
+  auto r = scheduler_.set_node_state(name, target, drained ? reason : (up ? "" : "agent not connected"), now.mono);
   if (!r) return make_error(ErrorCode::InvalidArgument, r.error().message());
   if (target == model::NodeState::Down) links_[name].lost = true;  // its jobs are lost with it
   node_changed(*scheduler_.node(name), *r);
@@ -417,7 +418,7 @@ Result<void> Ledger::set_drained(const std::string& name, bool drained, const st
 }
 
 Result<std::vector<std::pair<model::JobId, int>>> Ledger::clear_node(const std::string& name, const std::string& by,
-                                                                     TimePoint now) {
+                                                                     Now now) {
   now_ = now;
   if (scheduler_.node(name) == nullptr) return make_error(ErrorCode::NotFound, "no node " + name);
   // A connected agent confirms by itself, unless it cannot: processes that survived
@@ -455,10 +456,10 @@ Result<std::vector<std::pair<model::JobId, int>>> Ledger::clear_node(const std::
   return cleared;
 }
 
-void Ledger::schedule(TimePoint now) {
+void Ledger::schedule(Now now) {
   now_ = now;
   if (in_grace_) return;  // placements wait until we know what still runs
-  apply(scheduler_.schedule(now));
+  apply(scheduler_.schedule(now.mono));
   // Pending reasons live in the scheduler and are shown from there; they are not
   // persisted, except when a job starts or ends.
 }
@@ -475,11 +476,11 @@ void Ledger::agent_disconnected(const std::string& node) {
   (void)scheduler_.set_reachable(node, false);
 }
 
-void Ledger::agent_message(const std::string& node, const protocol::AgentMessage& message, TimePoint now) {
+void Ledger::agent_message(const std::string& node, const protocol::AgentMessage& message, Now now) {
   now_ = now;
   auto it = links_.find(node);
   if (it == links_.end() || !it->second.connected) return;  // not welcomed
-  it->second.last_seen = now;
+  it->second.last_seen = now.mono;
   if (!it->second.foreign.empty()) return;  // held: heard only as alive
   std::visit(Overloaded{
                  [&](const protocol::Hello&) {},  // agent_hello
@@ -517,7 +518,7 @@ void Ledger::apply(const std::vector<sched::Decision>& decisions) {
 void Ledger::apply_change(const sched::JobChange& change) {
   Job* job = live(change.job);
   if (job == nullptr) return;  // cannot happen: the core only changes jobs we gave it
-  TimePoint now = now_;
+  Now now = now_;
   auto& rec = job->record;
   rec.state = change.to;
   rec.attempt = change.attempt;
@@ -525,7 +526,8 @@ void Ledger::apply_change(const sched::JobChange& change) {
   switch (change.to) {
     case JobState::Starting:
       rec.allocation = change.allocation;
-      rec.started_at = now;
+      rec.started_at = now.wall;
+      job->started = now.mono;
       rec.ended_at.reset();
       rec.reason.clear();
       rec.detail.clear();
@@ -565,7 +567,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
       }
       break;
     default:  // terminal, from ENDING (every rank gone) or PENDING (cancelled)
-      rec.ended_at = job_end_time(rec, now);
+      rec.ended_at = job_end_time(rec, now.wall);
       if (change.from == JobState::Pending) {
         rec.reason = std::string(sched::to_string(change.event));
         rec.detail = change.info.message;
@@ -582,7 +584,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
   }
   if (change.to == JobState::Starting && rec.attempt == 0) {
     // Submission to first start (a requeued attempt's wait is not a queue's).
-    const TimePoint queued = rec.submitted_at;
+    const sched::SchedJob* queued = scheduler_.job(rec.id);
     std::string cls = "unknown";
     if (rec.allocation && !rec.allocation->nodes.empty() && !rec.allocation->nodes.front().gpus.empty()) {
       if (const auto* node = scheduler_.node(rec.allocation->nodes.front().node)) {
@@ -592,12 +594,12 @@ void Ledger::apply_change(const sched::JobChange& change) {
       }
     }
     stats_.queue_wait_by_class.try_emplace(cls, kQueueWaitBounds)
-        .first->second.observe(std::chrono::duration<double>(now - queued).count());
+        .first->second.observe(queued == nullptr ? 0.0 : std::chrono::duration<double>(now.mono - queued->submitted_at).count());
   }
   if (model::is_terminal(change.to)) {
     ++stats_.ended[static_cast<int>(change.to)];
     ++stats_.ended_by_user[{change.to, rec.user}];
-    if (rec.started_at) stats_.run_seconds.observe(std::chrono::duration<double>(now - *rec.started_at).count());
+    if (rec.started_at) stats_.run_seconds.observe(std::chrono::duration<double>(now.mono - job->started).count());
     ended_unsettled_.emplace_back(change.job, change.to);
     Job ended = std::move(*job);
     jobs_.erase(change.job);
@@ -693,7 +695,7 @@ void Ledger::send_launch(Job& job, const std::string& only) {
 }
 
 void Ledger::job_event(model::JobId id, int attempt, sched::JobEvent event, const sched::EventInfo& info) {
-  auto r = scheduler_.on_event(id, attempt, event, now_, info);
+  auto r = scheduler_.on_event(id, attempt, event, now_.mono, info);
   if (r) {
     apply(*r);
   } else {
@@ -730,10 +732,10 @@ void Ledger::end_grace() {
   out_.pass_wanted = true;
 }
 
-void Ledger::tick(TimePoint now) {
+void Ledger::tick(Now now) {
   now_ = now;
-  forget_ended(now);
-  if (in_grace_ && now >= grace_ends_) end_grace();
+  forget_ended(now.mono);
+  if (in_grace_ && now.mono >= grace_ends_) end_grace();
   if (in_grace_) return;
   // A Prepare or Launch that went out on an earlier connection (or found the agent away,
   // or was decided only after the node synced, e.g. once another node reported a rank
@@ -760,20 +762,19 @@ void Ledger::tick(TimePoint now) {
   // Heartbeats only move a link's last_seen on, so no link reaches a deadline before the
   // earliest one the last walk saw, unless a link was added since (or came back from
   // lost, which agent_hello says): 2,000 links are walked every few seconds, not 4 times a
-  // second.
-  // (A deadline further off than node_lost_timeout means the wall clock stepped back: walk.)
+  // second. They all run on the monotonic clock: a wall-clock step is no silence.
   const Duration lost_after = lost_timeout();
-  if (now < next_silence_check_ && next_silence_check_ - now <= lost_after &&
+  if (now.mono < next_silence_check_ && next_silence_check_ - now.mono <= lost_after &&
       links_.size() == links_at_silence_check_) {
     return;
   }
-  next_silence_check_ = TimePoint::max();
+  next_silence_check_ = Instant::max();
   links_at_silence_check_ = links_.size();
   for (auto& [name, link] : links_) {
     // (The time first: looking each of 2,000 nodes up by name, 4 times a second, was 6 %
     // of an idle coordinator's CPU samples.)
     if (link.lost) continue;
-    const Duration silent_for = now - link.last_seen;
+    const Duration silent_for = now.mono - link.last_seen;
     if (silent_for <= config_.node_timeout) {
       next_silence_check_ = std::min(next_silence_check_, link.last_seen + config_.node_timeout);
       continue;
@@ -810,7 +811,7 @@ std::vector<model::JobId> Ledger::jobs_on(const std::string& node) const {
 // elsewhere fails still ends at once; its ranks here stay held until this agent confirms
 // them dead (its Kill goes out after it Synced) or the node is lost and they are fenced.
 void Ledger::node_silent(const std::string& name, Link& link) {
-  const Duration silent_for = now_ - link.last_seen;
+  const Duration silent_for = now_.mono - link.last_seen;
   link.silent = true;
   link.silent_link_open = link.connected;
   (void)scheduler_.set_reachable(name, false);
@@ -824,14 +825,14 @@ void Ledger::node_silent(const std::string& name, Link& link) {
   }
   spdlog::warn("node {} is silent ({} for {}): no new job goes there; it is lost at {}", name,
                link.silent_link_open ? "no heartbeat" : "agent disconnected", format_duration(silent_for),
-               format_time(link.last_seen + lost_timeout()));
+               format_time(now_.date_of(link.last_seen + lost_timeout())));
   for (model::JobId id : jobs_on(name)) {
     std::string text = "node " + name + " is silent (" +
                        (link.silent_link_open ? "no heartbeat" : "its agent disconnected") +
                        ", nothing heard for " + format_duration(silent_for) +
                        "): its ranks there are taken for running until " +
-                       format_time(link.last_seen + lost_timeout()) + " (node_lost_timeout), then lost";
-    out_.changes.push_back({{store::AppendEvent{{id, now_, std::move(text)}}}});
+                       format_time(now_.date_of(link.last_seen + lost_timeout())) + " (node_lost_timeout), then lost";
+    out_.changes.push_back({{store::AppendEvent{{id, now_.wall, std::move(text)}}}});
   }
   out_.pass_wanted = true;  // pending reasons: NodeDown
 }
@@ -847,17 +848,17 @@ void Ledger::node_changed(const model::Node& node, const std::vector<sched::Deci
 // outlives that (maintenance often means stopping the agent or rebooting the node): the
 // node stays drained with the admin's reason, its agent not connected, until resumed.
 void Ledger::node_lost(const std::string& name, const std::string& reason) {
-  TimePoint now = now_;
+  Now now = now_;
   const model::Node* node = scheduler_.node(name);
   if (node == nullptr) return;
   links_[name].lost = true;
   spdlog::warn("node {} is lost: {}", name, reason);
   bool admin_drained = node->state == model::NodeState::Drained && !agent_drain(node->reason);
   std::string drain_reason = node->reason;
-  auto r = scheduler_.set_node_state(name, model::NodeState::Down, reason, now);
+  auto r = scheduler_.set_node_state(name, model::NodeState::Down, reason, now.mono);
   if (!r) return;
   if (admin_drained) {
-    auto kept = scheduler_.set_node_state(name, model::NodeState::Drained, drain_reason, now);
+    auto kept = scheduler_.set_node_state(name, model::NodeState::Drained, drain_reason, now.mono);
     if (kept) r->insert(r->end(), kept->begin(), kept->end());
   }
   node_changed(*scheduler_.node(name), *r);
@@ -875,7 +876,7 @@ void Ledger::settle_all_ending() {
   }
 }
 
-Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello, TimePoint now) {
+Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello, Now now) {
   now_ = now;
   Link& link = links_[name];
   link.connected = true;
@@ -883,15 +884,15 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
   link.cuda = hello.cuda;
   link.reported = hello.running;
   // Back from a silence its jobs were told of (a loss ended that story instead).
-  if (link.silent && !link.lost) link.back_after = now - link.silent_from;
-  link.last_seen = now;
+  if (link.silent && !link.lost) link.back_after = now.mono - link.silent_from;
+  link.last_seen = now.mono;
   link.lost = false;
   link.silent = false;
   link.synced = false;
   ++link.generation;
   link.foreign = !hello.cluster.empty() && !cluster_.empty() && hello.cluster != cluster_ ? hello.cluster : "";
   if (!link.foreign.empty()) link.reported.clear();
-  next_silence_check_ = std::min(next_silence_check_, now + config_.node_timeout);
+  next_silence_check_ = std::min(next_silence_check_, now.mono + config_.node_timeout);
 
   model::Node node;
   node.name = name;
@@ -918,7 +919,7 @@ Result<void> Ledger::agent_hello(const std::string& name, protocol::Hello hello,
     node.state = model::NodeState::Drained;
     node.reason = "preflight: " + hello.health_error;
   }
-  auto decisions = scheduler_.update_node(node, now);
+  auto decisions = scheduler_.update_node(node, now.mono);
   if (!decisions) {
     link.connected = false;
     (void)scheduler_.set_reachable(name, false);
@@ -975,7 +976,7 @@ void Ledger::on_synced(const std::string& node) {
   if (link.back_after) {
     for (model::JobId id : jobs_on(node)) {
       out_.changes.push_back({{store::AppendEvent{
-          {id, now_,
+          {id, now_.wall,
            "node " + node + " is back after " + format_duration(*link.back_after) + " of silence"}}}});
     }
     spdlog::info("node {} is back after {} of silence", node, format_duration(*link.back_after));
@@ -1052,7 +1053,7 @@ bool Ledger::agent_lost(const std::string& node) const {
 void Ledger::settle_ending(Job& job) {
   auto& rec = job.record;
   if (rec.state != JobState::Ending || !rec.allocation) return;
-  TimePoint now = now_;
+  Now now = now_;
   bool released = false;
   bool all = true;  // every node let go, by its ranks' confirmation or a fence
   const std::set<std::string> let_go = store::released_nodes(rec);
@@ -1062,11 +1063,11 @@ void Ledger::settle_ending(Job& job) {
       // confirms them one by one.
       const sched::SchedJob* held = scheduler_.job(rec.id);
       if (held == nullptr || held->released(na.node)) continue;
-      released = scheduler_.release_node(rec.id, na.node, now).has_value() || released;
+      released = scheduler_.release_node(rec.id, na.node, now.mono).has_value() || released;
     } else if (agent_lost(na.node)) {
       // Nobody can confirm these ranks dead while the node is away: fence what they hold,
       // so the job can end (or be requeued) without them.
-      auto f = scheduler_.fence_node(rec.id, na.node, now);
+      auto f = scheduler_.fence_node(rec.id, na.node, now.mono);
       if (!f) {
         all = false;
         continue;
@@ -1109,7 +1110,7 @@ void Ledger::lift_fence(model::JobId id, int attempt, const std::string& node, c
   store::Change change;
   change.mutations.emplace_back(store::UpdateJob{*rec});
   change.mutations.emplace_back(store::AppendEvent{
-      {id, now_, "attempt " + std::to_string(attempt) + " on " + node + ": " + why + "; its fence is lifted"}});
+      {id, now_.wall, "attempt " + std::to_string(attempt) + " on " + node + ": " + why + "; its fence is lifted"}});
   out_.changes.push_back(std::move(change));
   if (auto it = fenced_.find(id); it != fenced_.end() && !rec->fenced()) {
     remember_ended(std::move(it->second));  // `rec` dangles from here on
@@ -1134,15 +1135,15 @@ void Ledger::reconcile(const std::string& node) {
 void Ledger::on_health(const std::string& name, const protocol::Health& health) {
   const model::Node* node = scheduler_.node(name);
   if (node == nullptr) return;
-  TimePoint now = now_;
+  Now now = now_;
   bool health_drained = node->state == model::NodeState::Drained && node->reason.rfind("preflight: ", 0) == 0;
   Result<std::vector<sched::Decision>> r = std::vector<sched::Decision>{};
   if (!health.error.empty() && node->state == model::NodeState::Up) {
     spdlog::warn("node {} failed preflight: {}; draining", name, health.error);
-    r = scheduler_.set_node_state(name, model::NodeState::Drained, "preflight: " + health.error, now);
+    r = scheduler_.set_node_state(name, model::NodeState::Drained, "preflight: " + health.error, now.mono);
   } else if (health.error.empty() && health_drained) {
     spdlog::info("node {} passed preflight again; resuming", name);
-    r = scheduler_.set_node_state(name, model::NodeState::Up, "", now);
+    r = scheduler_.set_node_state(name, model::NodeState::Up, "", now.mono);
   } else {
     return;
   }
@@ -1156,11 +1157,11 @@ void Ledger::on_prepare_result(const std::string& node, const protocol::PrepareR
       job->record.allocation->master_port != m.master_port) {
     return;  // stale: the job moved on (to another port, too: PortBusy keeps the attempt)
   }
-  TimePoint now = now_;
+  Now now = now_;
   if (m.ok) {
     if (job->spec.mode == model::LaunchMode::Nccl && !check_nccl_unique_id(m.nccl_id)) {
       sched::EventInfo info{std::nullopt, node, std::nullopt, "the rank-0 agent sent no NCCL unique ID"};
-      auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
+      auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now.mono, info);
       if (r) apply(*r);
       return;
     }
@@ -1180,7 +1181,7 @@ void Ledger::on_prepare_result(const std::string& node, const protocol::PrepareR
     info.message = "port " + std::to_string(job->record.allocation->master_port) + " on " +
                    job->record.allocation->master_addr + " is in use outside corral";
   }
-  auto r = scheduler_.on_event(m.job, m.attempt, event, now, info);
+  auto r = scheduler_.on_event(m.job, m.attempt, event, now.mono, info);
   if (r) apply(*r);
 }
 
@@ -1203,7 +1204,7 @@ void Ledger::on_rank_started(const std::string& node, const protocol::RankStarte
   bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.pid != 0; });
   persist_ranks(*job, "");
   if (all && job->record.state == JobState::Starting && live_job(m.job) != nullptr) {
-    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksStarted, now_);
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksStarted, now_.mono);
     if (r) apply(*r);
   }
 }
@@ -1212,12 +1213,12 @@ void Ledger::on_rank_joined(const std::string& node, const protocol::RankJoined&
   Job* job = live(m.job);
   store::RankRecord* rank = own_rank(job, node, m.attempt, m.rank);
   if (rank == nullptr || rank->joined_at || model::rank_ended(rank->state)) return;
-  rank->joined_at = now_;
+  rank->joined_at = now_.wall;
   const auto& ranks = job->record.ranks;
   bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.joined_at.has_value(); });
   std::string event;
   if (all && job->record.started_at) {
-    event = "rendezvous complete after " + std::to_string((now_ - *job->record.started_at).count()) + " ms: all " +
+    event = "rendezvous complete after " + std::to_string((now_.mono - job->started).count()) + " ms: all " +
             std::to_string(ranks.size()) + " ranks checked in";
   }
   persist_ranks(*job, std::move(event));
@@ -1230,10 +1231,10 @@ void Ledger::check_rendezvous(Job& job) {
   if (rv.phase == Phase::Done || job.spec.mode != model::LaunchMode::Torch) return;
   if (job.spec.rendezvous_timeout.count() <= 0 || !rec.started_at || rec.ranks.size() < 2) return;
   if (rv.phase == Phase::Inspecting) {
-    if (rv.asked.empty() || now_ >= rv.answers_by) end_rendezvous(job);
+    if (rv.asked.empty() || now_.mono >= rv.answers_by) end_rendezvous(job);
     return;
   }
-  if (now_ < *rec.started_at + job.spec.rendezvous_timeout) return;
+  if (now_.mono < job.started + job.spec.rendezvous_timeout) return;
   // Missing: ranks that neither checked in nor ended (one that exited 0 before it was
   // seen did its part).
   std::map<std::string, std::vector<int>> missing;  // by node
@@ -1263,7 +1264,7 @@ void Ledger::check_rendezvous(Job& job) {
     if (l == nullptr || !l->connected || !l->synced || l->silent) return;
   }
   rv.phase = Phase::Inspecting;
-  rv.answers_by = now_ + kInspectAnswerTime;
+  rv.answers_by = now_.mono + kInspectAnswerTime;
   for (auto& [node, ranks] : missing) {
     rv.asked.insert(node);
     send(node, protocol::Inspect{rec.id, rec.attempt, ranks});
@@ -1348,7 +1349,7 @@ void Ledger::on_rank_stall(const std::string& node, const protocol::RankStall& m
     }
     return;
   }
-  hang.stalled[m.rank] = {now_ - Duration(m.idle_ms), m.state};
+  hang.stalled[m.rank] = {now_.mono - Duration(m.idle_ms), m.state};
   check_hang(*job);
 }
 
@@ -1369,11 +1370,11 @@ void Ledger::check_hang(Job& job) {
   hang.reported = true;
   // The first to stop, and those that stopped within a second of it (the agents look
   // once a second): the others most likely wait for them.
-  const TimePoint first = hang.stalled.at(ranks.front()->rank).since;
+  const Instant first = hang.stalled.at(ranks.front()->rank).since;
   auto describe = [&](const store::RankRecord& r) {
     const auto& stall = hang.stalled.at(r.rank);
     return "rank " + std::to_string(r.rank) + " on " + r.node + " (" + stall.state + ", since " +
-           format_time(stall.since) + ")";
+           format_time(now_.date_of(stall.since)) + ")";
   };
   std::vector<std::string> firsts;
   std::vector<std::string> later;
@@ -1386,7 +1387,7 @@ void Ledger::check_hang(Job& job) {
       later.push_back(describe(*r));
     }
   }
-  for (int r : first_ranks) rank_warning(job, r, "stopped first in the hang found at " + format_time(now_));
+  for (int r : first_ranks) rank_warning(job, r, "stopped first in the hang found at " + format_time(now_.wall));
   std::string text = "hang: no rank has used CPU or its GPUs for " + format_duration(job.spec.hang_timeout) +
                      " (launch.hang_timeout); stopped first: " + join(firsts, ", ");
   if (!later.empty()) text += "; then " + join(later, ", ");
@@ -1423,7 +1424,7 @@ void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited&
   bool ending = job->record.state == JobState::Ending || live_job(m.job) == nullptr;
   // A rank that ends after the job's outcome was decided ended because we killed it.
   it->state = ending ? model::RankState::Killed : model::RankState::Exited;
-  it->ended_at = rank_end_time(job->record, m.ended_at_ms, now_);
+  it->ended_at = rank_end_time(job->record, m.ended_at_ms, now_.wall);
   if (m.signal != 0) {
     it->signal = m.signal;
   } else {
@@ -1431,19 +1432,19 @@ void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited&
   }
   persist_ranks(*job, "");
   if (ending) return;
-  TimePoint now = now_;
+  Now now = now_;
   sched::EventInfo info;
   info.rank = m.rank;
   info.node = node;
   if (m.signal == 0) info.exit_code = m.exit_code;
   info.message = m.reason;
   if (m.launch_failure) {
-    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now, info);
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::LaunchFailed, now.mono, info);
     if (r) apply(*r);
     return;
   }
   if (m.signal != 0 || m.exit_code != 0) {
-    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::RankFailed, now, info);
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::RankFailed, now.mono, info);
     if (r) apply(*r);
     return;
   }
@@ -1451,7 +1452,7 @@ void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited&
     return r.state == model::RankState::Exited && r.exit_code == 0;
   });
   if (all_ok) {
-    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now);
+    auto r = scheduler_.on_event(m.job, m.attempt, sched::JobEvent::AllRanksExitedOk, now.mono);
     if (r) apply(*r);
     return;
   }
@@ -1461,11 +1462,11 @@ void Ledger::on_rank_exited(const std::string& node, const protocol::RankExited&
 void Ledger::remember_ended(Job job) {
   model::JobId id = job.record.id;
   ended_.insert_or_assign(id, std::move(job));
-  ended_order_.emplace_back(id, now_);
-  forget_ended(now_);
+  ended_order_.emplace_back(id, now_.mono);
+  forget_ended(now_.mono);
 }
 
-void Ledger::forget_ended(TimePoint now) {
+void Ledger::forget_ended(Instant now) {
   // Late rank reports come within seconds, and a job's agents that are away keep it
   // fenced (fenced_): a window of a minute, and at most 4,096 jobs. Older ones are read
   // from the store; memory follows the work, not the history.
@@ -1507,7 +1508,7 @@ std::vector<store::RankRecord> Ledger::rank_records(const model::JobSpec& spec,
 void Ledger::persist_ranks(const Job& job, std::string event_text) {
   ranks_changed_.insert(job.record.id);
   if (!event_text.empty()) {
-    out_.changes.push_back({{store::AppendEvent{{job.record.id, now_, std::move(event_text)}}}});
+    out_.changes.push_back({{store::AppendEvent{{job.record.id, now_.wall, std::move(event_text)}}}});
   }
 }
 
@@ -1517,19 +1518,19 @@ void Ledger::persist_job(const Job& job, std::string event_text) {
   store::Change change;
   change.mutations.emplace_back(store::UpdateJob{job.record});
   if (!event_text.empty()) {
-    change.mutations.emplace_back(store::AppendEvent{{job.record.id, now_, std::move(event_text)}});
+    change.mutations.emplace_back(store::AppendEvent{{job.record.id, now_.wall, std::move(event_text)}});
   }
   out_.changes.push_back(std::move(change));
 }
 
-Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const EndedLookup& ended) {
+Result<void> Ledger::restore(store::Snapshot snapshot, Now now, const EndedLookup& ended) {
   now_ = now;
   max_job_id_ = snapshot.max_job_id;
   for (auto node : snapshot.nodes) {
     // Nobody is connected yet: every node waits for its agent, jobs keep their holds.
     Link& link = links_[node.name];
-    link.last_seen = now;
-    auto r = scheduler_.update_node(node, now);
+    link.last_seen = now.mono;
+    auto r = scheduler_.update_node(node, now.mono);
     if (!r) {
       spdlog::warn("stored node {} ignored: {}", node.name, r.error().message());
       continue;
@@ -1546,19 +1547,22 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
       spdlog::error("job {} has a spec that no longer parses; it is failed: {}", record.id, spec.error().message());
       record.state = JobState::Failed;
       record.reason = "spec no longer valid after an upgrade";
-      record.ended_at = now;
-      out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now, "-> FAILED: " + record.reason}}}});
+      record.ended_at = now.wall;
+      out_.changes.push_back({{store::UpdateJob{record}, store::AppendEvent{{record.id, now.wall, "-> FAILED: " + record.reason}}}});
       continue;
     }
     Job job{record, *spec, {}, {}, false, {}, {}};
+    // The monotonic clock starts over with each process: what ran before is dated by the
+    // wall clock, the one time both processes share.
+    if (record.started_at) job.started = now.instant_of(*record.started_at);
     // A deadline that passed before this process started was judged by the one before
     // (or would be judged now on a partial view): not again.
-    if (record.started_at && now >= *record.started_at + spec->rendezvous_timeout) {
+    if (record.started_at && now.mono >= job.started + spec->rendezvous_timeout) {
       job.rendezvous.phase = Job::Rendezvous::Phase::Done;
     }
     Result<void> ok;
     if (record.state == JobState::Pending) {
-      ok = scheduler_.add_pending(record.id, record.user, *spec, record.submitted_at, record.attempt);
+      ok = scheduler_.add_pending(record.id, record.user, *spec, now.instant_of(record.submitted_at), record.attempt);
     } else {
       sched::SchedJob sj;
       sj.id = record.id;
@@ -1566,8 +1570,8 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
       sj.spec = *spec;
       sj.state = record.state;
       sj.attempt = record.attempt;
-      sj.submitted_at = record.submitted_at;
-      sj.started_at = record.started_at;
+      sj.submitted_at = now.instant_of(record.submitted_at);
+      if (record.started_at) sj.started_at = job.started;
       sj.allocation = record.allocation;
       sj.outcome = record.outcome;
       if (record.state == JobState::Ending) {
@@ -1622,14 +1626,14 @@ Result<void> Ledger::restore(store::Snapshot snapshot, TimePoint now, const Ende
   // Every node is down until its agent says hello; the jobs on them stay as they are
   // through the grace period (set_node_state would lose them now).
   in_grace_ = running > 0;  // STARTING, RUNNING and ENDING jobs
-  grace_ends_ = now + config_.reconnect_grace;
+  grace_ends_ = now.mono + config_.reconnect_grace;
   if (in_grace_) {
     spdlog::info("restarted with {} running job(s); waiting up to {} for their agents", running,
                  format_duration(config_.reconnect_grace));
   } else {
     for (const auto* node : scheduler_.nodes()) {
       if (node->state == model::NodeState::Up) {
-        (void)scheduler_.set_node_state(node->name, model::NodeState::Down, "waiting for the agent", now);
+        (void)scheduler_.set_node_state(node->name, model::NodeState::Down, "waiting for the agent", now.mono);
       }
     }
   }

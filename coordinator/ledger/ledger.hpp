@@ -76,7 +76,7 @@ class Ledger {
     struct Rendezvous {
       enum class Phase { Waiting, Inspecting, Done };
       Phase phase = Phase::Waiting;
-      TimePoint answers_by{};
+      Instant answers_by{};
       std::set<std::string> asked;  // nodes whose Inspection has not come yet
       std::vector<std::pair<std::string, protocol::RankProcess>> found;  // (node, what its rank does)
     };
@@ -85,18 +85,21 @@ class Ledger {
     // agent's idle time subtracted) and in which state; whether the hang was reported.
     struct Hang {
       struct Stall {
-        TimePoint since{};
+        Instant since{};
         std::string state;
       };
       std::map<int, Stall> stalled;
       bool reported = false;
     };
     Hang hang;
+    // While record.started_at is set: that start on the monotonic timeline, which the
+    // attempt's deadlines count from (a wall-clock step moves none of them).
+    Instant started{};
   };
   // What a node's agent last told us.
   struct Link {
     bool connected = false;
-    TimePoint last_seen{};
+    Instant last_seen{};
     std::string driver;
     model::CudaVersion cuda;
     std::vector<protocol::RunningRank> reported;  // from its last Hello
@@ -106,7 +109,7 @@ class Ledger {
     // that stopped on an open link, or a link that closed) names the loss, if it comes.
     bool silent = false;
     bool silent_link_open = false;
-    TimePoint silent_from{};  // its last_seen when it was found silent
+    Instant silent_from{};  // its last_seen when it was found silent
     // Back from such a silence, after this long: its jobs are told once it has Synced.
     std::optional<Duration> back_after;
     std::uint64_t generation = 0;                 // counts Hellos
@@ -135,7 +138,7 @@ class Ledger {
   // Rebuilds the state from what the store loaded. Jobs that were running wait
   // `reconnect_grace` for their agents to report them; no node takes a job before its
   // agent says hello.
-  Result<void> restore(store::Snapshot snapshot, TimePoint now, const EndedLookup& ended = {});
+  Result<void> restore(store::Snapshot snapshot, Now now, const EndedLookup& ended = {});
 
   // ---- requests
   struct Submitted {
@@ -148,30 +151,30 @@ class Ledger {
   // met; one that can never be met (after_ok on a job that failed) ends it CANCELLED
   // (DependencyNeverSatisfied). InvalidArgument naming the field for a job that does not
   // exist.
-  Result<Submitted> submit(const std::string& user, model::JobSpec spec, std::string spec_text, TimePoint now,
+  Result<Submitted> submit(const std::string& user, model::JobSpec spec, std::string spec_text, Now now,
                            model::Submission submission = {}, const EndedLookup& ended = {});
   // NotFound, PermissionDenied (not the owner nor an admin), Conflict (ended or ending).
-  Result<void> cancel(model::JobId id, const std::string& user, bool admin, TimePoint now);
+  Result<void> cancel(model::JobId id, const std::string& user, bool admin, Now now);
   // An admin drains or resumes a node. NotFound, InvalidArgument.
-  Result<void> set_drained(const std::string& node, bool drained, const std::string& reason, TimePoint now);
+  Result<void> set_drained(const std::string& node, bool drained, const std::string& reason, Now now);
   // An admin says the node's unconfirmed ranks are dead: (job, attempt) of each cleared.
   // NotFound; Conflict while its agent is connected.
   Result<std::vector<std::pair<model::JobId, int>>> clear_node(const std::string& node, const std::string& by,
-                                                               TimePoint now);
+                                                               Now now);
 
   // ---- time
   // One scheduling pass (time limits, placements); nothing while in the reconnect grace.
-  void schedule(TimePoint now);
+  void schedule(Now now);
   // Ends the reconnect grace when due. A node silent for node_timeout takes no new job and
   // its jobs are told (their ranks run on); silent for node_lost_timeout, it is lost.
-  void tick(TimePoint now);
+  void tick(Now now);
 
   // ---- agents (the node name comes from the agent's certificate)
   // InvalidArgument when the node cannot be taken (close its link with the message).
-  Result<void> agent_hello(const std::string& node, protocol::Hello hello, TimePoint now);
+  Result<void> agent_hello(const std::string& node, protocol::Hello hello, Now now);
   void agent_disconnected(const std::string& node);
   // Any message after Hello but LogData, which the caller answers itself.
-  void agent_message(const std::string& node, const protocol::AgentMessage& message, TimePoint now);
+  void agent_message(const std::string& node, const protocol::AgentMessage& message, Now now);
 
   // ---- reads
   const Job* live_job(model::JobId id) const;
@@ -183,7 +186,7 @@ class Ledger {
   bool connected(const std::string& node) const;
   // When the node is lost if its agent stays away: nullopt while its agent is connected
   // and heard from (or the node is lost already, or unknown).
-  std::optional<TimePoint> lost_at(const std::string& node) const;
+  std::optional<Instant> lost_at(const std::string& node) const;
   const LedgerStats& stats() const { return stats_; }
   // The live elements of array `array` (its first element's id), in index order.
   std::vector<model::JobId> array_elements(model::JobId array) const;
@@ -208,7 +211,7 @@ class Ledger {
   Job* any(model::JobId id);
   void remember_ended(Job job);
   // Lets go of ended jobs past the window (remember_ended): the store has them.
-  void forget_ended(TimePoint now);
+  void forget_ended(Instant now);
   // ---- dependencies (after_ok, after_any, after_not_ok)
   // Registers a pending job's dependencies; those on jobs that ended are settled now.
   void watch_dependencies(Job& job, const EndedLookup& ended);
@@ -289,12 +292,12 @@ class Ledger {
   sched::Scheduler scheduler_;
   std::map<std::string, Link> links_;
   // When tick next walks links_ for silent nodes, and how many links it walked last.
-  TimePoint next_silence_check_{};
+  Instant next_silence_check_{};
   std::size_t links_at_silence_check_ = 0;
   std::unordered_map<model::JobId, Job> jobs_;  // live jobs
   std::map<model::JobId, Job> fenced_;          // ended, but earlier attempts hold fences
   std::map<model::JobId, Job> ended_;           // recently ended, for late rank reports
-  std::deque<std::pair<model::JobId, TimePoint>> ended_order_;  // with when each ended
+  std::deque<std::pair<model::JobId, Instant>> ended_order_;  // with when each ended
   // dependent -> (job waited for -> how), while the dependent is pending; and the other
   // way round, job -> its dependents. `ended_unsettled_`: jobs ended since the last take().
   std::map<model::JobId, std::map<model::JobId, model::DependencyKind>> unmet_;
@@ -312,8 +315,8 @@ class Ledger {
   model::JobId max_job_id_ = 0;
   std::string cluster_;
   bool in_grace_ = false;
-  TimePoint grace_ends_{};
-  TimePoint now_{};  // the time of the call being handled
+  Instant grace_ends_{};
+  Now now_{};  // the time of the call being handled
   Effects out_;
   std::set<model::JobId> ranks_changed_;  // persist_ranks since the last take_rank_records
   LedgerStats stats_;

@@ -4,7 +4,7 @@
 
 namespace corral::sched {
 
-void FairShare::advance(TimePoint now, const std::unordered_map<std::string, int>& gpus_by_user) {
+void FairShare::advance(Instant now, const std::unordered_map<std::string, int>& gpus_by_user) {
   if (!last_) {
     last_ = now;
     return;

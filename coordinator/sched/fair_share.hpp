@@ -16,14 +16,14 @@ class FairShare {
 
   // Moves time to `now`: decays every usage and adds the GPU time of the jobs running
   // since the last call (gpus held per user over that interval).
-  void advance(TimePoint now, const std::unordered_map<std::string, int>& gpus_by_user);
+  void advance(Instant now, const std::unordered_map<std::string, int>& gpus_by_user);
   // Decayed GPU-seconds.
   double usage(const std::string& user) const;
   void set_usage(const std::string& user, double gpu_seconds) { usage_[user] = gpu_seconds; }
 
  private:
   Duration half_life_;
-  std::optional<TimePoint> last_;
+  std::optional<Instant> last_;
   std::unordered_map<std::string, double> usage_;
 };
 

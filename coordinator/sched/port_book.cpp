@@ -3,7 +3,7 @@
 namespace corral::sched {
 
 std::optional<int> PortBook::lowest_free(std::string_view host, const model::PortRange& range,
-                                         TimePoint now) const {
+                                         Instant now) const {
   auto it = hosts_.find(std::string(host));
   if (it == hosts_.end()) {
     if (range.first > range.last) return std::nullopt;
@@ -34,7 +34,7 @@ void PortBook::release(std::string_view host, int port, model::JobId job) {
   if (--held->second.holds <= 0) it->second.held.erase(held);
 }
 
-void PortBook::mark_busy(std::string_view host, int port, TimePoint until) {
+void PortBook::mark_busy(std::string_view host, int port, Instant until) {
   hosts_[std::string(host)].busy_until[port] = until;
 }
 

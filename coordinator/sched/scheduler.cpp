@@ -30,7 +30,7 @@ int Scheduler::class_id(const model::Gpu& gpu) {
   return id;
 }
 
-Result<std::vector<Decision>> Scheduler::update_node(const model::Node& node, TimePoint now) {
+Result<std::vector<Decision>> Scheduler::update_node(const model::Node& node, Instant now) {
   if (node.name.empty()) return make_error(ErrorCode::InvalidArgument, "node name is empty");
   if (node.gpus.size() > static_cast<std::size_t>(kMaxGpusPerNode)) {
     return make_error(ErrorCode::InvalidArgument, "node " + node.name + " reports " +
@@ -90,7 +90,7 @@ Result<std::vector<Decision>> Scheduler::update_node(const model::Node& node, Ti
 }
 
 Result<std::vector<Decision>> Scheduler::set_node_state(std::string_view name, model::NodeState state,
-                                                        std::string reason, TimePoint now) {
+                                                        std::string reason, Instant now) {
   auto it = node_index_.find(std::string(name));
   if (it == node_index_.end()) return make_error(ErrorCode::NotFound, "no node named " + std::string(name));
   model::Node node = nodes_[static_cast<std::size_t>(it->second)].node;
@@ -99,7 +99,7 @@ Result<std::vector<Decision>> Scheduler::set_node_state(std::string_view name, m
   return update_node(node, now);
 }
 
-std::vector<Decision> Scheduler::lose_node(const std::string& name, const std::string& reason, TimePoint now) {
+std::vector<Decision> Scheduler::lose_node(const std::string& name, const std::string& reason, Instant now) {
   std::vector<model::JobId> lost;
   for (const auto& [id, job] : jobs_) {
     // An ENDING job's outcome is decided; its ranks there stay unconfirmed (fenced).
@@ -237,7 +237,7 @@ Result<void> Scheduler::admissible(const model::JobSpec& spec) const {
   return make_error(ErrorCode::ResourceExhausted, msg);
 }
 
-Result<void> Scheduler::add_pending(model::JobId id, std::string user, model::JobSpec spec, TimePoint submitted_at,
+Result<void> Scheduler::add_pending(model::JobId id, std::string user, model::JobSpec spec, Instant submitted_at,
                                     int attempt) {
   if (id <= 0) return make_error(ErrorCode::InvalidArgument, "job id must be positive");
   if (jobs_.contains(id)) return make_error(ErrorCode::Conflict, "job " + std::to_string(id) + " exists");
@@ -298,7 +298,7 @@ Result<void> Scheduler::restore_active(SchedJob job) {
   model::Allocation copy = alloc;
   job.shapes = model::candidate_shapes(job.spec);
   auto [it, _] = jobs_.emplace(job.id, std::move(job));
-  hold(it->second, copy, it->second.started_at.value_or(TimePoint{}));
+  hold(it->second, copy, it->second.started_at.value_or(Instant{}));
   return {};
 }
 
@@ -311,7 +311,7 @@ Result<SchedJob*> Scheduler::ending_job(model::JobId id) {
   return &it->second;
 }
 
-Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, TimePoint now) {
+Result<Fence> Scheduler::fence_node(model::JobId id, std::string_view node, Instant now) {
   auto found = ending_job(id);
   if (!found) return std::unexpected(found.error());
   SchedJob& job = **found;
@@ -381,7 +381,7 @@ const SchedJob* Scheduler::job(model::JobId id) const {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-Result<std::vector<Decision>> Scheduler::on_event(model::JobId id, int attempt, JobEvent event, TimePoint now,
+Result<std::vector<Decision>> Scheduler::on_event(model::JobId id, int attempt, JobEvent event, Instant now,
                                                   const EventInfo& info) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return make_error(ErrorCode::NotFound, "no live job " + std::to_string(id));
@@ -402,7 +402,7 @@ Result<std::vector<Decision>> Scheduler::on_event(model::JobId id, int attempt, 
   return apply(job, *t, event, now, info);
 }
 
-void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, TimePoint now) {
+void Scheduler::hold(SchedJob& job, const model::Allocation& alloc, Instant now) {
   // Account the GPU time used so far before the held count changes.
   fair_share_.advance(now, gpus_by_user_);
   int count = 0;
@@ -447,7 +447,7 @@ int Scheduler::release_on(SchedJob& job, const std::string& node) {
   return count;
 }
 
-void Scheduler::release(SchedJob& job, TimePoint now) {
+void Scheduler::release(SchedJob& job, Instant now) {
   if (!job.allocation) return;
   fair_share_.advance(now, gpus_by_user_);
   for (const auto& na : job.allocation->nodes) release_on(job, na.node);
@@ -457,7 +457,7 @@ void Scheduler::release(SchedJob& job, TimePoint now) {
   job.released_nodes.clear();
 }
 
-Result<void> Scheduler::release_node(model::JobId id, std::string_view node, TimePoint now) {
+Result<void> Scheduler::release_node(model::JobId id, std::string_view node, Instant now) {
   auto found = ending_job(id);
   if (!found) return std::unexpected(found.error());
   SchedJob& job = **found;
@@ -506,7 +506,7 @@ std::string Scheduler::describe(const SchedJob& job, const JobChange& change) co
   return text;
 }
 
-std::vector<Decision> Scheduler::apply(SchedJob& job, const Transition& t, JobEvent event, TimePoint now,
+std::vector<Decision> Scheduler::apply(SchedJob& job, const Transition& t, JobEvent event, Instant now,
                                        const EventInfo& info) {
   JobChange change;
   change.job = job.id;
@@ -631,7 +631,7 @@ std::optional<Placement> Scheduler::place(const std::vector<std::pair<int, int>>
   return std::nullopt;
 }
 
-std::optional<model::Allocation> Scheduler::with_port(const Placement& placement, TimePoint now) const {
+std::optional<model::Allocation> Scheduler::with_port(const Placement& placement, Instant now) const {
   for (std::size_t master = 0; master < placement.nodes.size(); ++master) {
     const NodeSlot& m = nodes_[static_cast<std::size_t>(placement.nodes[master].node)];
     auto port = ports_.lowest_free(m.node.address, m.node.ports, now);
@@ -724,7 +724,7 @@ PendingReason Scheduler::diagnose(const model::JobSpec& spec, const std::vector<
           "no homogeneous set of " + shape_text(spec) + ": largest free set is " + largest_free_set(classes, avail)};
 }
 
-DryRun Scheduler::dry_run(const model::JobSpec& spec, const std::string& user, TimePoint now) const {
+DryRun Scheduler::dry_run(const model::JobSpec& spec, const std::string& user, Instant now) const {
   (void)user;
   DryRun out;
   auto classes = matching_classes(spec.gpu);
@@ -741,7 +741,7 @@ DryRun Scheduler::dry_run(const model::JobSpec& spec, const std::string& user, T
   return out;
 }
 
-std::vector<Decision> Scheduler::schedule(TimePoint now) {
+std::vector<Decision> Scheduler::schedule(Instant now) {
   last_pass_ = {};
   std::vector<Decision> decisions;
   fair_share_.advance(now, gpus_by_user_);
@@ -764,20 +764,18 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
   struct Entry {
     int priority;
     double usage;
-    TimePoint submitted;
-    model::JobId id;
+    model::JobId id;  // ids are given in submission order: the oldest first
     SchedJob* job;
   };
   std::vector<Entry> queue;
   for (auto& [id, job] : jobs_) {
     if (job.state == JobState::Pending && !job.held) {
-      queue.push_back({job.spec.priority, fair_share_.usage(job.user), job.submitted_at, id, &job});
+      queue.push_back({job.spec.priority, fair_share_.usage(job.user), id, &job});
     }
   }
   std::sort(queue.begin(), queue.end(), [](const Entry& a, const Entry& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
     if (a.usage != b.usage) return a.usage < b.usage;
-    if (a.submitted != b.submitted) return a.submitted < b.submitted;
     return a.id < b.id;
   });
 
@@ -785,7 +783,7 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
   std::vector<std::optional<Capacity>> views(4);
   const SchedJob* head = nullptr;
   std::optional<Capacity> unreserved;  // free GPUs minus the head's reservation
-  std::optional<TimePoint> shadow;     // when the head can start, if known
+  std::optional<Instant> shadow;     // when the head can start, if known
   std::map<std::vector<int>, PendingReason> reasons;  // behind the head, by (classes, shapes)
 
   auto start = [&](SchedJob& job, const Placement& p, const model::Allocation& alloc) {
@@ -873,12 +871,12 @@ std::vector<Decision> Scheduler::schedule(TimePoint now) {
   return decisions;
 }
 
-void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, const Capacity& avail, TimePoint now,
-                        std::optional<Capacity>& unreserved, std::optional<TimePoint>& shadow) const {
+void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, const Capacity& avail, Instant now,
+                        std::optional<Capacity>& unreserved, std::optional<Instant>& shadow) const {
   // Release running jobs in the order they must end by, until the head fits: that is its
   // earliest start (the shadow time) and the GPUs it would take then are reserved.
   struct Ending {
-    TimePoint at;
+    Instant at;
     bool known;
     const SchedJob* job;
   };
@@ -890,7 +888,7 @@ void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, c
     } else if (job.spec.time_limit && job.started_at) {
       endings.push_back({*job.started_at + *job.spec.time_limit, true, &job});
     } else {
-      endings.push_back({TimePoint::max(), false, &job});
+      endings.push_back({Instant::max(), false, &job});
     }
   }
   std::sort(endings.begin(), endings.end(), [](const Ending& a, const Ending& b) {
@@ -900,7 +898,7 @@ void Scheduler::reserve(const SchedJob& head, const std::vector<int>& classes, c
   Capacity future = avail;
   std::optional<Placement> at_start;
   bool known = true;
-  TimePoint when = now;
+  Instant when = now;
   for (const Ending& e : endings) {
     const auto& alloc = *e.job->allocation;
     for (const auto& na : alloc.nodes) {

@@ -1,7 +1,9 @@
 #pragma once
 // Scheduler: THE pure core. Cluster state and the queue in, decisions out as values.
-// It never sends, sleeps, reads a clock or touches a disk: `now` is a parameter, and
-// the service layer persists each decision before it acts on it. Not thread-safe: the
+// It never sends, sleeps, reads a clock or touches a disk: `now` is a parameter, an
+// Instant on the monotonic timeline (time limits, port holds and usage run on it, so a
+// wall-clock step moves none of them), and the service layer persists each decision
+// before it acts on it. Not thread-safe: the
 // coordinator drives it from one strand.
 
 #include <algorithm>
@@ -35,8 +37,8 @@ struct SchedJob {
   model::JobSpec spec;
   model::JobState state = model::JobState::Pending;
   int attempt = 0;
-  TimePoint submitted_at{};
-  std::optional<TimePoint> started_at;        // when it last entered STARTING
+  Instant submitted_at{};
+  std::optional<Instant> started_at;          // when it last entered STARTING
   std::optional<model::Allocation> allocation;  // while STARTING, RUNNING or ENDING
   std::optional<model::JobState> outcome;      // while ENDING: where it goes when its ranks are gone
   // While ENDING: nodes whose ranks are confirmed gone, or fenced (a set: a gang of a
@@ -117,9 +119,9 @@ class Scheduler {
   // ---- cluster ----
   // Adds or replaces a node (inventory, address, ports, state). A node going down loses
   // its jobs (NodeLost); drained nodes keep theirs but take no new ones.
-  Result<std::vector<Decision>> update_node(const model::Node& node, TimePoint now);
+  Result<std::vector<Decision>> update_node(const model::Node& node, Instant now);
   Result<std::vector<Decision>> set_node_state(std::string_view name, model::NodeState state,
-                                               std::string reason, TimePoint now);
+                                               std::string reason, Instant now);
   // Whether the node's agent is connected and heard from. If not, the node gets no new job (pending
   // reason NodeDown), but its jobs are not lost by this alone (node_lost_timeout decides that).
   // A node is reachable when first added; the coordinator marks the nodes it reloads
@@ -136,7 +138,7 @@ class Scheduler {
   // ResourceExhausted when no node the cluster knows could ever run the job.
   Result<void> admissible(const model::JobSpec& spec) const;
   // A new job, or one reloaded after a restart, in PENDING.
-  Result<void> add_pending(model::JobId id, std::string user, model::JobSpec spec, TimePoint submitted_at,
+  Result<void> add_pending(model::JobId id, std::string user, model::JobSpec spec, Instant submitted_at,
                            int attempt = 0);
   // A job reloaded after a restart in STARTING, RUNNING or ENDING (with its outcome):
   // holds its GPUs and port again, except, for an ENDING job, on its `released_nodes`
@@ -145,15 +147,15 @@ class Scheduler {
   Result<void> restore_active(SchedJob job);
   // Feeds an event about a job's attempt. Conflict for stale attempts and events that do
   // not apply in the job's state; NotFound for unknown jobs.
-  Result<std::vector<Decision>> on_event(model::JobId id, int attempt, JobEvent event, TimePoint now,
+  Result<std::vector<Decision>> on_event(model::JobId id, int attempt, JobEvent event, Instant now,
                                          const EventInfo& info = {});
   // An ENDING job's ranks on `node` are confirmed gone: that node's GPUs serve other jobs
   // from now on. The job keeps the rest, and its master port (ranks elsewhere may still
   // connect to it), until RanksGone. NotFound / Conflict when the job is not ENDING.
-  Result<void> release_node(model::JobId id, std::string_view node, TimePoint now);
+  Result<void> release_node(model::JobId id, std::string_view node, Instant now);
   // An ENDING job's ranks on `node` cannot be confirmed (the node is down): what the job
   // holds there becomes a Fence, and the job no longer waits for that node.
-  Result<Fence> fence_node(model::JobId id, std::string_view node, TimePoint now);
+  Result<Fence> fence_node(model::JobId id, std::string_view node, Instant now);
   // Holds a fence again (after a restart). Conflict when its GPUs or port are taken.
   Result<void> restore_fence(const Fence& fence);
   // The node confirmed the attempt gone, or an admin cleared it: frees what the fence
@@ -165,7 +167,7 @@ class Scheduler {
 
   // ---- scheduling ----
   // One pass: time limits, then placement in queue order with backfill.
-  std::vector<Decision> schedule(TimePoint now);
+  std::vector<Decision> schedule(Instant now);
   // Whether a pass run now could start pending job `id`: false when the free GPUs of its
   // classes cannot hold its gang (then its pending reason is set, as a pass would).
   // After a submission and no other change, false means a pass would start nothing, so
@@ -174,7 +176,7 @@ class Scheduler {
   // Keeps a pending job out of every pass, with `reason`, until called with nullopt.
   // NotFound for a job that is not pending.
   Result<void> set_held(model::JobId id, std::optional<PendingReason> reason);
-  DryRun dry_run(const model::JobSpec& spec, const std::string& user, TimePoint now) const;
+  DryRun dry_run(const model::JobSpec& spec, const std::string& user, Instant now) const;
   const PassStats& last_pass() const { return last_pass_; }
   double usage(const std::string& user) const { return fair_share_.usage(user); }
 
@@ -201,23 +203,23 @@ class Scheduler {
   // Whether some shape fits some class: counts only, no placement built.
   bool fits(const std::vector<std::pair<int, int>>& shapes, const std::vector<int>& classes,
             const Capacity& cap) const;
-  std::optional<model::Allocation> with_port(const Placement& placement, TimePoint now) const;
+  std::optional<model::Allocation> with_port(const Placement& placement, Instant now) const;
   PendingReason diagnose(const model::JobSpec& spec, const std::vector<std::pair<int, int>>& shapes,
                          const std::vector<int>& classes, const Capacity& avail,
                          std::vector<std::optional<Capacity>>& views) const;
   std::string largest_free_set(const std::vector<int>& classes, const Capacity& avail) const;
-  void reserve(const SchedJob& head, const std::vector<int>& classes, const Capacity& avail, TimePoint now,
-               std::optional<Capacity>& unreserved, std::optional<TimePoint>& shadow) const;
-  std::vector<Decision> lose_node(const std::string& name, const std::string& reason, TimePoint now);
+  void reserve(const SchedJob& head, const std::vector<int>& classes, const Capacity& avail, Instant now,
+               std::optional<Capacity>& unreserved, std::optional<Instant>& shadow) const;
+  std::vector<Decision> lose_node(const std::string& name, const std::string& reason, Instant now);
 
-  void hold(SchedJob& job, const model::Allocation& alloc, TimePoint now);
-  void release(SchedJob& job, TimePoint now);
+  void hold(SchedJob& job, const model::Allocation& alloc, Instant now);
+  void release(SchedJob& job, Instant now);
   // Frees the GPUs the job holds on one node (and the port if it lives there); returns
   // how many GPUs were freed.
   int release_on(SchedJob& job, const std::string& node);
   // The live job `id` if it is ENDING; NotFound or Conflict otherwise.
   Result<SchedJob*> ending_job(model::JobId id);
-  std::vector<Decision> apply(SchedJob& job, const Transition& t, JobEvent event, TimePoint now,
+  std::vector<Decision> apply(SchedJob& job, const Transition& t, JobEvent event, Instant now,
                               const EventInfo& info);
   std::string describe(const SchedJob& job, const JobChange& change) const;
 

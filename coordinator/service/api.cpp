@@ -141,7 +141,7 @@ Result<Coordinator::Caller> Coordinator::authenticate(const net::HttpRequest& re
 }
 
 Result<std::optional<Coordinator::Caller>> Coordinator::caller_for(const std::string& token_hash) {
-  TimePoint now = clock_.now();
+  const Instant now = clock_.mono();
   auto cached = users_.find(token_hash);
   if (cached == users_.end() || now - cached->second.checked >= kTokenRecheck) {
     // A token added by `corral-coordinator add-user` while we run is found on first use;
@@ -340,9 +340,9 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
   }
   model::JobSpec spec = std::move(*parsed.spec);
   if (auto ok = ledger_.scheduler().admissible(spec); !ok) return respond(error_response(422, ok.error().message()));
-  TimePoint now = clock_.now();
+  const Now now = clock_.read();
   if (dry_run) {
-    auto d = ledger_.scheduler().dry_run(spec, caller.user, now);
+    auto d = ledger_.scheduler().dry_run(spec, caller.user, now.mono);
     Json j{{"dry_run", true}, {"would_start", d.allocation.has_value()}};
     if (d.allocation) {
       j["allocation"] = protocol::to_json(*d.allocation);
@@ -355,7 +355,7 @@ void Coordinator::submit(const net::HttpRequest& request, const Caller& caller, 
   auto submitted = ledger_.submit(caller.user, std::move(spec), spec_text, now, std::move(submission), ended_lookup());
   if (!submitted) return respond(error_response(400, submitted.error().message()));
   model::JobId id = submitted->id;
-  if (!key->empty()) submit_keys_.record(caller.user, *key, submitted->ids, now, submitted->change);
+  if (!key->empty()) submit_keys_.record(caller.user, *key, submitted->ids, now.wall, submitted->change);
   committer_.enqueue(std::move(submitted->change), [this, respond, ids = submitted->ids, user = caller.user,
                                                     key = std::move(*key)](const Result<void>& ok) {
     // Retries that came while this was being written get what the first gets.
@@ -641,7 +641,7 @@ void Coordinator::wait_job(model::JobId id, const net::HttpRequest& request, con
   // private from the caller (as one that does not exist).
   const Job* live = ledger_.live_job(id);
   if (live == nullptr || seconds == 0 || job_hidden_from(live->record.user, &caller)) return respond(show_job(id, &caller));
-  job_waits_.emplace(id, JobWait{std::move(respond), clock_.now() + std::chrono::seconds(seconds)});
+  job_waits_.emplace(id, JobWait{std::move(respond), clock_.mono() + std::chrono::seconds(seconds)});
 }
 
 void Coordinator::answer_job_waits(model::JobId id) {
@@ -686,7 +686,7 @@ Result<const Coordinator::Job*> Coordinator::cancel_one(model::JobId id, const C
     }
     return make_error(ErrorCode::NotFound, "no job " + std::to_string(id));
   }
-  if (auto ok = ledger_.cancel(id, caller.user, caller.admin, clock_.now()); !ok) {
+  if (auto ok = ledger_.cancel(id, caller.user, caller.admin, clock_.read()); !ok) {
     return std::unexpected(ok.error());
   }
   return ledger_.any_job(id);
@@ -852,7 +852,7 @@ void Coordinator::job_logs(model::JobId id, const net::HttpRequest& request, con
     return respond(error_response(503, "the agent of node " + it->node + " is not connected"));
   }
   std::uint64_t request_id = next_log_request_++;
-  log_waits_[request_id] = {std::move(respond), it->rank, it->node, clock_.now() + std::chrono::seconds(10)};
+  log_waits_[request_id] = {std::move(respond), it->rank, it->node, clock_.mono() + std::chrono::seconds(10)};
   send(it->node, protocol::LogRequest{request_id, id, rec.attempt, it->rank, *offset, std::min<std::uint64_t>(*max, 4 << 20)});
 }
 
@@ -883,7 +883,7 @@ void Coordinator::job_stack(model::JobId id, const net::HttpRequest& request, co
   }
   StackWait wait;
   wait.job = id;
-  wait.deadline = clock_.now() + kStackAnswerTime;
+  wait.deadline = clock_.mono() + kStackAnswerTime;
   std::map<std::string, std::vector<int>> by_node;
   for (const auto& r : rec.ranks) {
     if (only && r.rank != *only) continue;
@@ -913,6 +913,17 @@ void Coordinator::job_stack(model::JobId id, const net::HttpRequest& request, co
   stack_waits_.emplace(request_id, std::move(wait));
 }
 
+void Coordinator::link_view(const std::string& node, const Now& now, NodeView& v) const {
+  const auto* link = ledger_.link(node);
+  if (link == nullptr) return;
+  v.connected = link->connected;
+  v.last_seen = now.date_of(link->last_seen);
+  if (!link->connected || link->silent) v.silent_since = now.date_of(link->silent ? link->silent_from : link->last_seen);
+  if (auto at = ledger_.lost_at(node)) v.lost_at = now.date_of(*at);
+  v.driver = link->driver;
+  v.cuda = link->cuda.to_string();
+}
+
 void Coordinator::answer_stack(StackWait wait) {
   Json ranks = Json::array();
   for (auto& [rank, r] : wait.reports) {
@@ -931,21 +942,13 @@ net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request) {
       return error_response(400, "gpus: must be each (every GPU, the default) or classes (grouped by class)");
     }
   }
+  const Now now = clock_.read();
   std::string out = "[";
   std::vector<std::string> names;
   for (const auto* node : ledger_.scheduler().nodes()) {
     NodeView v;
     v.node = node;
-    if (const auto* link = ledger_.link(node->name)) {
-      v.connected = link->connected;
-      v.last_seen = link->last_seen;
-      if (!link->connected || link->silent) {
-        v.silent_since = link->silent ? link->silent_from : link->last_seen;
-      }
-      v.lost_at = ledger_.lost_at(node->name);
-      v.driver = link->driver;
-      v.cuda = link->cuda.to_string();
-    }
+    link_view(node->name, now, v);
     for (const auto& g : node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(node->name, g.index));
     if (!names.empty()) out += ',';
     node_listing_->append(v, gpus, out);
@@ -958,7 +961,7 @@ net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request) {
 }
 
 net::HttpResponse Coordinator::clear_node(const std::string& name, const Caller& caller) {
-  auto cleared = ledger_.clear_node(name, caller.user, clock_.now());
+  auto cleared = ledger_.clear_node(name, caller.user, clock_.read());
   flush_effects();
   if (!cleared) return error_response(cleared.error().code() == ErrorCode::NotFound ? 404 : 409, cleared.error().message());
   Json list = Json::array();
@@ -976,20 +979,14 @@ net::HttpResponse Coordinator::drain_node(const std::string& name, const net::Ht
     if (r.ok() && reason.empty()) r.fail("reason", "must not be empty");
     if (!r.ok()) return error_response(400, r.error());
   }
-  auto ok = ledger_.set_drained(name, drain, reason, clock_.now());
+  auto ok = ledger_.set_drained(name, drain, reason, clock_.read());
   flush_effects();
   if (!ok) return error_response(ok.error().code() == ErrorCode::NotFound ? 404 : 400, ok.error().message());
   bool connected = ledger_.connected(name);
   NodeView v;
   v.node = ledger_.scheduler().node(name);
   v.connected = connected;
-  if (const auto* link = ledger_.link(name)) {
-    v.last_seen = link->last_seen;
-    if (!link->connected || link->silent) {
-      v.silent_since = link->silent ? link->silent_from : link->last_seen;
-    }
-    v.lost_at = ledger_.lost_at(name);
-  }
+  link_view(name, clock_.read(), v);
   for (const auto& g : v.node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(name, g.index));
   return json_response(200, node_json(v));
 }

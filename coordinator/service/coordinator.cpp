@@ -69,7 +69,7 @@ void Coordinator::store_state_changed(const Error* failing) {
 Result<void> Coordinator::start() {
   auto snapshot = store_.load();
   if (!snapshot) return std::unexpected(snapshot.error());
-  if (auto ok = ledger_.restore(std::move(*snapshot), clock_.now(), ended_lookup()); !ok) return ok;
+  if (auto ok = ledger_.restore(std::move(*snapshot), clock_.read(), ended_lookup()); !ok) return ok;
   flush_effects();
   tick_timer_ = std::make_unique<net::Timer>(loop_);
   Duration period = std::max<Duration>(std::chrono::milliseconds(50),
@@ -145,7 +145,7 @@ void Coordinator::run_pass() {
   if (ledger_.in_grace()) return;  // placements wait until we know what still runs
   if (committer_.failing()) return;  // store_state_changed asks for a pass when it can write
   auto t0 = std::chrono::steady_clock::now();
-  ledger_.schedule(clock_.now());
+  ledger_.schedule(clock_.read());
   last_pass_end_ = std::chrono::steady_clock::now();
   last_pass_took_ = last_pass_end_ - t0;
   stats_.last_pass_ms = std::chrono::duration<double, std::milli>(last_pass_took_).count();
@@ -154,19 +154,19 @@ void Coordinator::run_pass() {
 }
 
 void Coordinator::tick() {
-  TimePoint now = clock_.now();
+  const Now now = clock_.read();
   ledger_.tick(now);
   flush_effects();
   // What a burst of jobs used and freed goes back to the system, not kept by malloc for
   // a next burst that may not come: every 30 s. (CPU work on the loop, no wait; its cost
   // grows with the heap and is not measured yet.)
-  if (now - last_trim_ >= std::chrono::seconds(30)) {
-    last_trim_ = now;
+  if (now.mono - last_trim_ >= std::chrono::seconds(30)) {
+    last_trim_ = now.mono;
     ::malloc_trim(0);
   }
   // Job waits whose time is up see the job as it is now.
   for (auto it = job_waits_.begin(); it != job_waits_.end();) {
-    if (now >= it->second.deadline) {
+    if (now.mono >= it->second.deadline) {
       it->second.respond(show_job(it->first));
       it = job_waits_.erase(it);
     } else {
@@ -175,7 +175,7 @@ void Coordinator::tick() {
   }
   // Log requests the agent never answered.
   for (auto it = log_waits_.begin(); it != log_waits_.end();) {
-    if (now > it->second.deadline) {
+    if (now.mono > it->second.deadline) {
       it->second.respond({504, "application/json", R"({"error":"the agent did not answer in time"})", {}});
       it = log_waits_.erase(it);
     } else {
@@ -183,27 +183,27 @@ void Coordinator::tick() {
     }
   }
   for (auto it = stack_waits_.begin(); it != stack_waits_.end();) {
-    if (now > it->second.deadline) {
+    if (now.mono > it->second.deadline) {
       answer_stack(std::move(it->second));
       it = stack_waits_.erase(it);
     } else {
       ++it;
     }
   }
-  if (now - last_status_ping_ >= kStatusPing) {
-    last_status_ping_ = now;
+  if (now.mono - last_status_ping_ >= kStatusPing) {
+    last_status_ping_ = now.mono;
     broadcast_status(": ping\n\n");
   }
   // A private page's live feed ends with the token that opened it (replaced by add-user).
-  if (now - last_stream_token_check_ >= kTokenRecheck) {
-    last_stream_token_check_ = now;
+  if (now.mono - last_stream_token_check_ >= kTokenRecheck) {
+    last_stream_token_check_ = now.mono;
     close_streams_of_gone_tokens();
   }
   if (!committer_.failing()) {
-    if (auto prune = submit_keys_.prune_due(now)) committer_.enqueue(std::move(*prune));
+    if (auto prune = submit_keys_.prune_due(now.wall)) committer_.enqueue(std::move(*prune));
   }
-  if (now - last_periodic_pass_ >= config_.schedule_interval) {
-    last_periodic_pass_ = now;
+  if (now.mono - last_periodic_pass_ >= config_.schedule_interval) {
+    last_periodic_pass_ = now.mono;
     request_pass();  // time limits and fair share move with the clock
   }
 }
@@ -247,7 +247,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
     // 2,000 nodes send 2,000 a second: no JSON, and nothing changes that needs flushing.
     auto it = conns_.find(node);
     if (it != conns_.end() && it->second == conn) {
-      ledger_.agent_message(node, protocol::Heartbeat{}, clock_.now());
+      ledger_.agent_message(node, protocol::Heartbeat{}, clock_.read());
     } else {
       spdlog::warn("agent {} sent heartbeat before hello", node);
     }
@@ -284,7 +284,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
     if (current) current->close("replaced by a new connection");
     current = conn;
     received_[node] = 0;
-    if (auto ok = ledger_.agent_hello(node, std::move(*hello), clock_.now()); !ok) {
+    if (auto ok = ledger_.agent_hello(node, std::move(*hello), clock_.read()); !ok) {
       conn->close(ok.error().message());
       conns_.erase(node);
     }
@@ -298,7 +298,7 @@ void Coordinator::on_ws_message(const std::shared_ptr<net::WsConnection>& conn, 
   }
   if (auto* log = std::get_if<protocol::LogData>(&*decoded)) return on_log_data(node, *log);
   if (auto* stacks = std::get_if<protocol::Stacks>(&*decoded)) return on_stacks(node, *stacks);
-  ledger_.agent_message(node, *decoded, clock_.now());
+  ledger_.agent_message(node, *decoded, clock_.read());
   flush_effects();
   if (protocol::is_report(*decoded) && !ledger_.holds_foreign(node)) {
     ++received_[node];

@@ -49,6 +49,7 @@ struct JobFilter {
 Result<JobFilter> parse_job_filter(const std::vector<std::string>& users, const std::vector<std::string>& states);
 
 class NodeListing;
+struct NodeView;
 
 class Coordinator final : public net::ServerHandler {
  public:
@@ -86,13 +87,13 @@ class Coordinator final : public net::ServerHandler {
   using Job = ledger::Ledger::Job;
   struct JobWait {
     Respond respond;
-    TimePoint deadline{};
+    Instant deadline{};
   };
   struct LogWait {
     Respond respond;
     int rank = 0;
     std::string node;
-    TimePoint deadline{};
+    Instant deadline{};
   };
 
   // corral stack: the agents asked, and each rank's report so far (node, text; empty
@@ -102,7 +103,7 @@ class Coordinator final : public net::ServerHandler {
     model::JobId job = 0;
     std::set<std::string> asked;
     std::map<int, std::pair<std::string, std::string>> reports;
-    TimePoint deadline{};
+    Instant deadline{};
   };
   // gdb on every process of every rank of a node takes a while.
   static constexpr Duration kStackAnswerTime = std::chrono::seconds(25);  // under the CLI's 30 s
@@ -175,6 +176,9 @@ class Coordinator final : public net::ServerHandler {
   void answer_stack(StackWait wait);
   // 403 unless the caller owns the job or is an admin; 404 where jobs are private.
   std::optional<net::HttpResponse> refuse_other_users_job(const store::JobRecord& rec, const Caller& caller) const;
+  // What the node's agent link says (connected, heard from, silent since, lost at), its
+  // instants dated by the wall clock as it reads `now`.
+  void link_view(const std::string& node, const Now& now, NodeView& v) const;
   // private_data: jobs, and the job is neither the caller's nor the caller an admin's
   // (a null caller: an anonymous status page, which sees no job).
   bool job_hidden_from(const std::string& owner, const Caller* caller) const;
@@ -242,7 +246,7 @@ class Coordinator final : public net::ServerHandler {
   std::chrono::steady_clock::time_point rank_write_next_{};
   struct CachedUser {
     store::User user;
-    TimePoint checked{};
+    Instant checked{};
   };
   // By token hash; an entry is checked against the database again after
   // kTokenRecheck, so a token replaced by `add-user` stops working without a restart.
@@ -253,9 +257,9 @@ class Coordinator final : public net::ServerHandler {
   std::multimap<model::JobId, JobWait> job_waits_;
   std::uint64_t next_log_request_ = 1;
   bool pass_posted_ = false;
-  TimePoint last_periodic_pass_{};
+  Instant last_periodic_pass_{};
   std::unique_ptr<net::Timer> tick_timer_;
-  TimePoint last_trim_{};  // malloc_trim in tick()
+  Instant last_trim_{};  // malloc_trim in tick()
   std::unique_ptr<net::Timer> pass_timer_;
   std::chrono::steady_clock::time_point last_pass_end_{};
   std::chrono::steady_clock::duration last_pass_took_{};
@@ -268,18 +272,18 @@ class Coordinator final : public net::ServerHandler {
     std::string token_hash;
   };
   std::vector<StatusStream> status_streams_;
-  TimePoint last_stream_token_check_{};
+  Instant last_stream_token_check_{};
   std::unique_ptr<net::Timer> status_timer_;
   std::unique_ptr<NodeListing> node_listing_;  // GET /v1/nodes's renderings, kept
   bool status_post_armed_ = false;
-  TimePoint last_status_ping_{};
+  Instant last_status_ping_{};
   // The last /v1/status answer: every open page asks again after each change, and one
   // build serves them all while nothing changed (for at most kStatusReuse).
   struct StatusAnswer {
     std::uint64_t seq = 0;
     std::size_t offset = 0, limit = 0;
     std::string viewer;  // whose jobs it names: "*" every one's, else "u:" and a user, "-" none
-    TimePoint built{};
+    Instant built{};
     std::string body;
   };
   StatusAnswer status_answer_;

@@ -66,7 +66,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request, const Cal
             status_error(400, "limit: must be a number of rows from 1 to " + std::to_string(kMaxRows)).dump(), {}};
   }
 
-  const TimePoint now = clock_.now();
+  const Now now = clock_.read();
   const std::vector<std::pair<std::string, std::string>> no_store = {{"Cache-Control", "no-store"}};
   // Private jobs: the page names the caller's jobs only (an admin's, every one; an
   // anonymous page's, none); the counts in the strip and the GPUs held stay the cluster's.
@@ -74,13 +74,12 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request, const Cal
   const std::string viewer = everyone ? "*" : caller != nullptr ? "u:" + caller->user : "-";
   auto shown = [&](const store::JobRecord& r) { return everyone || (caller != nullptr && r.user == caller->user); };
   if (!status_answer_.body.empty() && status_answer_.seq == status_seq_ && status_answer_.offset == *offset &&
-      status_answer_.limit == *limit && status_answer_.viewer == viewer && now - status_answer_.built < kStatusReuse &&
-      now >= status_answer_.built) {
+      status_answer_.limit == *limit && status_answer_.viewer == viewer && now.mono - status_answer_.built < kStatusReuse) {
     return {200, "application/json", status_answer_.body, no_store};
   }
   const auto& sched = ledger_.scheduler();
   Json out;
-  out["time"] = format_time(now);
+  out["time"] = format_time(now.wall);
   out["version"] = std::string(version());
   out["seq"] = status_seq_;
   out["public"] = config_.public_status;
@@ -132,7 +131,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request, const Cal
                          {"reason", n->reason},
                          {"simulated", n->simulated},
                          {"connected", connected},
-                         {"last_seen", link != nullptr && link->connected ? time_json(link->last_seen) : Json(nullptr)},
+                         {"last_seen", link != nullptr && link->connected ? time_json(now.date_of(link->last_seen)) : Json(nullptr)},
                          {"class", n->gpus.empty() ? Json(nullptr) : Json(n->gpus.front().cls.to_string())},
                          {"gpus", gpus}});
   }
@@ -217,7 +216,7 @@ net::HttpResponse Coordinator::status(const net::HttpRequest& request, const Cal
                                     {"started_at", time_json(r.started_at)}};
   }
   out["holders"] = held;
-  status_answer_ = {status_seq_, *offset, *limit, viewer, now, out.dump(-1, ' ', false, Json::error_handler_t::replace)};
+  status_answer_ = {status_seq_, *offset, *limit, viewer, now.mono, out.dump(-1, ' ', false, Json::error_handler_t::replace)};
   return {200, "application/json", status_answer_.body, no_store};
 }
 

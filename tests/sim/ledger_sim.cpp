@@ -22,8 +22,9 @@ using namespace std::chrono_literals;
 
 }  // namespace
 
-LedgerSim::LedgerSim(std::uint64_t seed, std::string db_path)
-    : seed_(seed), rng_(seed), db_path_(std::move(db_path)), now_(TimePoint(std::chrono::hours(1000))) {
+LedgerSim::LedgerSim(std::uint64_t seed, std::string db_path, bool clock_steps)
+    : seed_(seed), rng_(seed), db_path_(std::move(db_path)), now_(TimePoint(std::chrono::hours(1000))),
+      clock_steps_(clock_steps) {
   // The ledger's operator messages, thousands per run: CORRAL_SIM_LOG=1 shows them.
   spdlog::set_level(std::getenv("CORRAL_SIM_LOG") ? spdlog::level::info : spdlog::level::off);
   trace_ = std::getenv("CORRAL_SIM_TRACE") != nullptr;  // every message, with its step
@@ -94,7 +95,9 @@ void LedgerSim::coordinator_start() {
     return;
   }
   ledger_ = std::make_unique<ledger::Ledger>(config_);
-  if (auto ok = ledger_->restore(std::move(*snapshot), now_); !ok) {
+  // A new process: its monotonic clock reads from anywhere (another boot, or the same).
+  mono_origin_ = Duration(static_cast<std::int64_t>(pick(0, 1'000'000'000)));
+  if (auto ok = ledger_->restore(std::move(*snapshot), coordinator_now()); !ok) {
     broken_ = fail("cannot restore: " + ok.error().message());
     return;
   }
@@ -106,6 +109,8 @@ void LedgerSim::coordinator_crash() {
   if (trace_) std::fprintf(stderr, "%d coordinator crash\n", step_);
   ledger_.reset();  // whatever it had not committed is gone
   store_.reset();
+  held_.clear();
+  store_failing_until_.reset();
   for (auto& a : agents_) {
     if (a.connected) agent_drop_link(a);
   }
@@ -115,6 +120,17 @@ void LedgerSim::coordinator_crash() {
 void LedgerSim::commit_effects() {
   if (!ledger_) return;
   ledger::Effects e = ledger_->take();
+  if (store_failing_until_) {
+    // As the committer does: the batch is kept and tried again; nothing it holds is sent
+    // and no report is acknowledged until it is durable. Closes are not held.
+    for (const auto& [node, why] : e.close) {
+      Agent& a = agent(node);
+      if (a.connected) agent_drop_link(a);
+    }
+    e.close.clear();
+    held_.push_back(std::move(e));
+    return;
+  }
   if (!e.changes.empty()) {
     auto results = store_->commit(e.changes);
     for (const auto& r : results) {
@@ -161,12 +177,12 @@ void LedgerSim::deliver_to_coordinator(Agent& a) {
     a.hello_delivered = true;
     a.received = 0;
     a.ack_sent = 0;
-    if (auto ok = ledger_->agent_hello(a.name, *hello, now_); !ok) {
+    if (auto ok = ledger_->agent_hello(a.name, *hello, coordinator_now()); !ok) {
       broken_ = fail("hello refused: " + ok.error().message());
       return;
     }
   } else {
-    ledger_->agent_message(a.name, m, now_);
+    ledger_->agent_message(a.name, m, coordinator_now());
     if (protocol::is_report(m)) ++a.received;
     if (std::holds_alternative<protocol::Synced>(m)) {
       a.synced = true;  // the coordinator knows all it knows: the outage is over
@@ -176,6 +192,30 @@ void LedgerSim::deliver_to_coordinator(Agent& a) {
   // Sometimes the coordinator dies before this turn's commit.
   if (chance(0.01)) return coordinator_crash();
   commit_effects();
+}
+
+void LedgerSim::store_recovers() {
+  if (trace_) std::fprintf(stderr, "%d store takes writes again (%zu batches held)\n", step_, held_.size());
+  store_failing_until_.reset();
+  std::vector<ledger::Effects> held = std::move(held_);
+  held_.clear();
+  std::vector<store::Change> changes;
+  for (auto& e : held) {
+    for (auto& c : e.changes) changes.push_back(std::move(c));
+  }
+  for (const auto& r : store_->commit(changes)) {
+    if (!r) {
+      broken_ = fail("the store refused a held change: " + r.error().message());
+      return;
+    }
+  }
+  for (auto& e : held) {
+    for (auto& m : e.messages) {
+      Agent& a = agent(m.node);
+      if (a.connected && a.hello_delivered) a.to_agent.push_back(std::move(m.message));
+    }
+  }
+  commit_effects();  // and the acknowledgements, now that it is all durable
 }
 
 // ---------------------------------------------------------------- agents
@@ -446,8 +486,10 @@ void LedgerSim::step(bool faults) {
   // among the other messages changes nothing).
   for (auto& a : agents_) {
     if (a.up && a.connected && a.welcomed && !a.stalled_until)
-      ledger_->agent_message(a.name, protocol::Heartbeat{}, now_);
+      ledger_->agent_message(a.name, protocol::Heartbeat{}, coordinator_now());
   }
+  if (store_failing_until_ && now_ >= *store_failing_until_) store_recovers();
+  if (broken_ || !ledger_) return;
   int op = pick(0, 99);
   if (faults && op < 12) {
     std::string spec = "name: sim\ncommand: \"true\"\nretries: " + std::to_string(pick(0, 2)) +
@@ -457,7 +499,8 @@ void LedgerSim::step(bool faults) {
     // Jobs wait for nodes that never joined; in this cluster every node joins first.
     if (ledger_->scheduler().nodes().size() < nodes_.size()) return;
     if (!parsed || !ledger_->scheduler().admissible(*parsed)) return;
-    auto submitted = ledger_->submit("alice", *parsed, spec, now_);
+    if (store_failing_until_) return;  // 503: nothing taken, nothing acknowledged
+    auto submitted = ledger_->submit("alice", *parsed, spec, coordinator_now());
     if (!submitted) return;
     if (chance(0.02)) return coordinator_crash();  // before the commit: never acknowledged
     auto ok = store_->commit(submitted->change);
@@ -469,10 +512,11 @@ void LedgerSim::step(bool faults) {
     ++stats_.jobs;
     commit_effects();
   } else if (op < 22) {
-    ledger_->schedule(now_);
+    if (store_failing_until_) return;  // passes wait until the store takes writes
+    ledger_->schedule(coordinator_now());
     commit_effects();
   } else if (op < 32) {
-    ledger_->tick(now_);
+    ledger_->tick(coordinator_now());
     commit_effects();
   } else if (op < 52) {
     Agent& a = agents_[static_cast<std::size_t>(pick(0, static_cast<int>(agents_.size()) - 1))];
@@ -508,7 +552,23 @@ void LedgerSim::step(bool faults) {
     agent_restart(agents_[static_cast<std::size_t>(pick(0, static_cast<int>(agents_.size()) - 1))]);
   } else {
     Agent& a = agents_[static_cast<std::size_t>(pick(0, static_cast<int>(agents_.size()) - 1))];
-    if (chance(0.5)) {
+    const int what = pick(0, 5);
+    if (what == 4) {
+      // The coordinator host's wall clock steps (boot, VM resume, NTP's first sync): no
+      // deadline may move with it.
+      static constexpr Duration kSteps[] = {10s, -10s, 1h, -1h};
+      const Duration by = kSteps[pick(0, 3)];
+      if (clock_steps_) wall_offset_ += by;
+      ++stats_.clock_steps;
+      if (trace_) std::fprintf(stderr, "%d wall clock steps to %+lld ms\n", step_, static_cast<long long>(wall_offset_.count()));
+    } else if (what == 5) {
+      // The disk fills (or turns read-only) for up to 6 s.
+      if (!store_failing_until_) {
+        store_failing_until_ = now_ + Duration(pick(100, 6000));
+        ++stats_.store_outages;
+        if (trace_) std::fprintf(stderr, "%d store refuses writes\n", step_);
+      }
+    } else if (what < 2) {
       if (a.connected) agent_drop_link(a);
     } else if (a.up && !a.stalled_until) {
       // Stopped for 0.3 s to 8 s (node_timeout is 1.5 s, node_lost_timeout 3 s), its link left open.
@@ -554,8 +614,9 @@ std::optional<std::string> LedgerSim::check() {
   }
   if (!ledger_) return std::nullopt;
   // Memory and disk agree on who holds every GPU (read back every few steps: decoding
-  // every job is most of a step's cost).
-  if (step_ % 16 == 0) {
+  // every job is most of a step's cost), but while the store refuses writes: then memory
+  // is ahead of the disk, and nothing it decided is sent until the disk has it.
+  if (step_ % 16 == 0 && held_.empty()) {
     if (auto bad = check_holds()) return bad;
   }
   // A GPU serves one job until that job's processes on it are dead.
@@ -653,6 +714,21 @@ std::optional<std::string> LedgerSim::run(int fault_steps) {
     if (p.alive) return fail("a rank of job " + std::to_string(p.job) + " still runs on " + p.node);
   }
   return std::nullopt;
+}
+
+std::string LedgerSim::outcome() {
+  if (!ledger_) coordinator_start();
+  std::string out;
+  auto jobs = store_->jobs({});
+  if (!jobs) return "cannot read jobs: " + jobs.error().message();
+  std::map<model::JobId, int> started;
+  for (const auto& [key, n] : starts_) started[std::get<0>(key)] += n;
+  for (const auto& rec : *jobs) {
+    out += std::to_string(rec.id) + " " + std::string(model::to_string(rec.state)) + " attempt " +
+           std::to_string(rec.attempt) + " " + rec.reason + " " + rec.detail + ", ranks started " +
+           std::to_string(started[rec.id]) + "\n";
+  }
+  return out;
 }
 
 }  // namespace corral::sim

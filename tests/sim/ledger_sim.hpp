@@ -6,7 +6,8 @@
 // fault injector: coordinator crashes at any step (also between a decision and its
 // commit) and restarts that reopen the database, agent crashes and restarts, dropped
 // links, stalled agents (silent for less or more than node_lost_timeout), delayed and
-// interleaved messages. After every step it checks the scheduler's
+// interleaved messages, the coordinator's wall clock stepped (±10 s, ±1 h) and its store
+// refusing writes for a while (a full disk: changes held, reports not acknowledged). After every step it checks the scheduler's
 // promises against the simulated truth; a failure names its seed and step, and
 // `run(seed)` replays it exactly.
 
@@ -31,18 +32,24 @@ struct SimStats {
   int completed = 0;
   int coordinator_crashes = 0;
   int agent_crashes = 0;
+  int clock_steps = 0;
+  int store_outages = 0;
 };
 
 class LedgerSim {
  public:
-  // `db_path`: a SQLite file this run may create and delete.
-  LedgerSim(std::uint64_t seed, std::string db_path);
+  // `db_path`: a SQLite file this run may create and delete. Without `clock_steps` the
+  // wall clock is never stepped (the run is otherwise the same, fault for fault).
+  LedgerSim(std::uint64_t seed, std::string db_path, bool clock_steps = true);
   ~LedgerSim();
 
   // Runs `fault_steps` steps with faults, then quiet steps until every job has ended (or
   // gives up). The first broken promise, with the seed and step, or nullopt.
   std::optional<std::string> run(int fault_steps = 250);
   const SimStats& stats() const { return stats_; }
+  // After run(): how each job ended (state, attempt, reason) and how many ranks started,
+  // one line per job. A wall-clock step must change none of it.
+  std::string outcome();
 
  private:
   using Key = std::pair<model::JobId, int>;
@@ -98,6 +105,11 @@ class LedgerSim {
   void coordinator_crash();
   void coordinator_start();
   void commit_effects();
+  // The store takes writes again: what was held is committed in order, then sent.
+  void store_recovers();
+  // The coordinator's clocks: its host's wall clock (stepped by faults) and monotonic
+  // clock (from an origin of its own in each coordinator process).
+  Now coordinator_now() const { return {now_ + wall_offset_, Instant((now_ + mono_origin_).time_since_epoch())}; }
   void deliver_to_coordinator(Agent& a);
   // Agent side.
   void agent_connect(Agent& a);
@@ -121,7 +133,13 @@ class LedgerSim {
   model::CoordinatorConfig config_;
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<ledger::Ledger> ledger_;
-  TimePoint now_;
+  TimePoint now_;  // the true time, by which agents and ranks live
+  bool clock_steps_ = true;
+  Duration wall_offset_{};
+  Duration mono_origin_{};
+  // While the store refuses writes (until then): the changes and sends held, in order.
+  std::optional<TimePoint> store_failing_until_;
+  std::vector<ledger::Effects> held_;
   std::vector<model::Node> nodes_;
   std::vector<Agent> agents_;
   std::vector<Proc> procs_;

@@ -34,7 +34,7 @@ class FakeCoordinator : public net::ServerHandler {
     ASSERT_TRUE(m.has_value()) << text;
     connections.back().push_back(*m);
     if (std::holds_alternative<protocol::Hello>(*m) && welcome) {
-      c->send(protocol::encode(protocol::CoordinatorMessage(protocol::Welcome{protocol::kProtocolVersion, 50, 1000})));
+      c->send(protocol::encode(protocol::CoordinatorMessage(protocol::Welcome{protocol::kProtocolVersion, 50, 1000, ""})));
     }
     changed();
   }

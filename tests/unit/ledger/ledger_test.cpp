@@ -115,7 +115,8 @@ class LedgerTest : public ::testing::Test {
   model::CoordinatorConfig config_;
   store::MemoryStore store_;
   std::unique_ptr<Ledger> ledger_ = std::make_unique<Ledger>(config_);
-  TimePoint now_ = TimePoint(std::chrono::hours(1000));
+  // The two clocks far apart, so that a date taken for a deadline (or the other way round) shows.
+  Now now_{TimePoint(std::chrono::hours(1000)), instant_from_millis(7'000'000)};
   std::vector<Outgoing> sent_;
   std::vector<model::JobId> ended_;
   std::vector<std::string> closed_;  // links the ledger asked to close
@@ -146,7 +147,7 @@ TEST_F(LedgerTest, AJobEndsWhenItsLastRankEndedAsItsAgentsDatedItNotWhenTheCoord
   join("a", hello("a", 2));
   join("b", hello("b", 2));
   model::JobId id = running_two_by_two();
-  const TimePoint started = now_;
+  const TimePoint started = now_.wall;
   now_ += std::chrono::hours(1);  // the reports were held back for an hour
   for (int r = 0; r < 4; ++r) {
     protocol::RankExited m{id, 0, r, 0, 0, "exited with code 0", false};
@@ -165,7 +166,7 @@ TEST_F(LedgerTest, ARankEndDatedOutsideItsRunIsClampedAndAnUndatedOneIsDatedWhen
   join("a", hello("a", 2));
   join("b", hello("b", 2));
   model::JobId id = running_two_by_two();
-  const TimePoint started = now_;
+  const TimePoint started = now_.wall;
   now_ += std::chrono::minutes(5);
   auto exited = [&](int r, std::int64_t at_ms) {
     protocol::RankExited m{id, 0, r, 0, 0, "exited with code 0", false};
@@ -173,17 +174,17 @@ TEST_F(LedgerTest, ARankEndDatedOutsideItsRunIsClampedAndAnUndatedOneIsDatedWhen
     say(r < 2 ? "a" : "b", m);
   };
   exited(0, to_millis(started - std::chrono::hours(2)));  // a node clock behind
-  exited(1, to_millis(now_ + std::chrono::hours(2)));     // a node clock ahead
+  exited(1, to_millis(now_.wall + std::chrono::hours(2)));     // a node clock ahead
   exited(2, 0);                                           // an older agent: no date
   exited(3, to_millis(started + std::chrono::minutes(1)));
   auto ranks = (*store_.job(id))->ranks;
   EXPECT_EQ(ranks[0].ended_at, started);
-  EXPECT_EQ(ranks[1].ended_at, now_);
-  EXPECT_EQ(ranks[2].ended_at, now_);
+  EXPECT_EQ(ranks[1].ended_at, now_.wall);
+  EXPECT_EQ(ranks[2].ended_at, now_.wall);
   EXPECT_EQ(ranks[3].ended_at, started + std::chrono::minutes(1));
   say("a", protocol::AttemptGone{id, 0});
   say("b", protocol::AttemptGone{id, 0});
-  EXPECT_EQ((*store_.job(id))->ended_at, now_);
+  EXPECT_EQ((*store_.job(id))->ended_at, now_.wall);
 }
 
 // How many UpdateJob of `id` a list of changes holds, and the last one's record.
@@ -353,11 +354,11 @@ TEST_F(LedgerTest, EachSilentNodeIsLostAtTheFirstTickPastItsOwnTimeoutWhateverTh
   ledger_ = std::make_unique<Ledger>(config_);
   join("a", hello("a", 2));
   join("b", hello("b", 2));
-  const TimePoint start = now_;
+  const Now start = now_;
   const auto step = 250ms;
   auto down = [&](const char* n) { return ledger_->scheduler().node(n)->state == model::NodeState::Down; };
   auto run = [&](Duration from, Duration to, auto beats) {
-    std::map<std::string, TimePoint> lost;  // when each went from up to down
+    std::map<std::string, Now> lost;  // when each went from up to down
     std::map<std::string, bool> was_down{{"a", down("a")}, {"b", down("b")}};
     for (Duration t = from; t <= to; t += step) {
       now_ = start + t;
@@ -399,12 +400,12 @@ TEST_F(LedgerTest, ANodeFallingSilentAfterTheClockStepsBackIsStillLostOnTime) {
   join("a", hello("a", 2));
   join("b", hello("b", 2));
   ledger_->tick(now_);  // a walk: the next one due a node_timeout from now
-  now_ -= std::chrono::hours(1);
-  const TimePoint last = now_;
+  now_.wall -= std::chrono::hours(1);
+  const Now last = now_;
   ledger_->agent_message("a", protocol::Heartbeat{}, now_);
   ledger_->agent_message("b", protocol::Heartbeat{}, now_);
-  std::optional<TimePoint> unreachable;
-  std::optional<TimePoint> lost;
+  std::optional<Now> unreachable;
+  std::optional<Now> lost;
   for (auto t = Duration::zero(); t <= config_.node_lost_timeout + 1s && !lost; t += 250ms) {
     now_ = last + t;
     ledger_->agent_message("a", protocol::Heartbeat{}, now_);
@@ -859,7 +860,7 @@ TEST_F(SilenceTest, ASilentNodeTakesNoNewJobAtNodeTimeoutButIsNotLost) {
   EXPECT_FALSE(ledger_->scheduler().reachable("b"));
   EXPECT_EQ(ledger_->scheduler().node("b")->state, model::NodeState::Up);
   ASSERT_TRUE(ledger_->lost_at("b").has_value());
-  EXPECT_EQ(*ledger_->lost_at("b"), now_ - (config_.node_timeout + 1s) + config_.node_lost_timeout);
+  EXPECT_EQ(*ledger_->lost_at("b"), now_.mono - (config_.node_timeout + 1s) + config_.node_lost_timeout);
   EXPECT_FALSE(ledger_->lost_at("a").has_value());
   model::JobId id = submit(2, 2);
   EXPECT_EQ(state(id), JobState::Pending);
@@ -958,6 +959,108 @@ TEST_F(SilenceTest, ARankFailingElsewhereWhileANodeStaysSilentFencesItsGpusOnceI
   ASSERT_EQ((*store_.job(id))->fences.size(), 1u);
   EXPECT_EQ((*store_.job(id))->fences[0].node, "b");
   EXPECT_EQ(ledger_->scheduler().gpu_holder("b", 0), id);
+}
+
+// ---- clock steps: the wall clock dates, the monotonic clock times
+
+class ClockStepTest : public LedgerTest, public ::testing::WithParamInterface<Duration> {
+ protected:
+  void SetUp() override {
+    join("a", hello("a", 2));
+    join("b", hello("b", 2));
+  }
+  // Time passes by seconds; both agents beat, the coordinator ticks and runs its passes.
+  void both_beat(Duration d) {
+    for (Duration t = Duration::zero(); t < d; t += 1s) {
+      now_ += 1s;
+      ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+      ledger_->agent_message("b", protocol::Heartbeat{}, now_);
+      ledger_->tick(now_);
+      ledger_->schedule(now_);
+      commit();
+    }
+  }
+};
+
+// Forward or back, by seconds or an hour: no node is found silent, the job's time limit
+// ends it 30 minutes after it started, not earlier and not later, and what happens is
+// dated by the wall clock as it reads after the step.
+TEST_P(ClockStepTest, AWallClockStepMovesNoDeadline) {
+  model::JobId id = running_two_by_two("time_limit: 30m\n");
+  both_beat(10s);
+  now_.wall += GetParam();
+  both_beat(3s);
+  EXPECT_TRUE(ledger_->scheduler().reachable("a"));
+  EXPECT_TRUE(ledger_->scheduler().reachable("b"));
+  EXPECT_TRUE(closed_.empty());
+  EXPECT_EQ(state(id), JobState::Running);
+  both_beat(30min - 14s);  // a second before the limit
+  EXPECT_EQ(state(id), JobState::Running);
+  both_beat(1s);
+  auto rec = *store_.job(id);
+  EXPECT_EQ(rec->state, JobState::Ending);
+  EXPECT_EQ(rec->reason, "TimeLimit");
+  auto events = store_.events(id).value();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().at, now_.wall);
+  // Its ranks killed: it ends TIMEOUT, and never before it started, whichever way the
+  // clock went (an hour back, the agents' dates are ahead of ours).
+  for (int r = 0; r < 4; ++r) {
+    protocol::RankExited m{id, 0, r, -1, 15, "killed by signal 15", false};
+    m.ended_at_ms = to_millis(now_.wall - GetParam());
+    say(r < 2 ? "a" : "b", m);
+  }
+  say("a", protocol::AttemptGone{id, 0});
+  say("b", protocol::AttemptGone{id, 0});
+  rec = *store_.job(id);
+  EXPECT_EQ(rec->state, JobState::Timeout);
+  ASSERT_TRUE(rec->started_at && rec->ended_at);
+  EXPECT_GE(*rec->ended_at, *rec->started_at);
+  for (const auto& r : rec->ranks) EXPECT_GE(*r.ended_at, *rec->started_at);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, ClockStepTest, ::testing::Values(Duration(1h), Duration(-1h), Duration(10s)));
+
+// A silent node is still found silent at node_timeout and lost at node_lost_timeout
+// after its last heartbeat, however the wall clock stepped in between.
+TEST_P(ClockStepTest, ASilentNodeIsLostOnTimeAcrossAStep) {
+  model::JobId id = running_two_by_two();
+  const Instant last = now_.mono;
+  std::optional<Instant> unreachable;
+  std::optional<Instant> lost;
+  for (Duration t = Duration::zero(); t < config_.node_lost_timeout + 2s; t += 1s) {
+    now_ += 1s;
+    if (t == 2s) now_.wall += GetParam();
+    ledger_->agent_message("a", protocol::Heartbeat{}, now_);
+    ledger_->tick(now_);
+    commit();
+    if (!unreachable && !ledger_->scheduler().reachable("b")) unreachable = now_.mono;
+    if (!lost && ledger_->scheduler().node("b")->state == model::NodeState::Down) lost = now_.mono;
+  }
+  ASSERT_TRUE(unreachable.has_value());
+  EXPECT_EQ(*unreachable - last, config_.node_timeout + 1s);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(*lost - last, config_.node_lost_timeout + 1s);
+  EXPECT_EQ(state(id), JobState::Ending);
+}
+
+// The monotonic clock starts over with each coordinator process: a running job's time
+// limit then counts from its start as the wall clock dated it.
+TEST_F(ClockStepTest, AfterARestartATimeLimitCountsFromTheStartTheWallClockDated) {
+  model::JobId id = running_two_by_two("time_limit: 30m\n");
+  both_beat(10min);
+  now_.mono = instant_from_millis(42);  // a new process (or a new boot)
+  restart();
+  auto ha = hello("a", 2);
+  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
+  auto hb = hello("b", 2);
+  hb.running = {{id, 0, 2, 102}, {id, 0, 3, 103}};
+  join("a", ha);
+  join("b", hb);
+  both_beat(20min - 1s);
+  EXPECT_EQ(state(id), JobState::Running);
+  both_beat(1s);
+  EXPECT_EQ(state(id), JobState::Ending);
 }
 
 }  // namespace

@@ -40,6 +40,22 @@ TEST_P(LedgerSimulation, KeepsEveryPromiseUnderSeededFaults) {
 // 8 shards x 125 seeds = 1,000 runs of 250 faulty steps each, then the quiet phase.
 INSTANTIATE_TEST_SUITE_P(Shards, LedgerSimulation, ::testing::Range(0, 8));
 
+// The same runs, fault for fault, with and without the coordinator's wall clock stepped
+// (±10 s, ±1 h, while it runs): every job ends the same way, on the same attempt, for the
+// same reason. Time limits, silences, graces and the queue's order run on the monotonic clock.
+TEST(LedgerSimulationClock, AWallClockStepChangesNoJobsFate) {
+  int stepped = 0;
+  for (std::uint64_t seed = 0; seed < 100; ++seed) {
+    LedgerSim with(seed, db_path("steps"));
+    ASSERT_FALSE(with.run().has_value()) << "seed " << seed;
+    LedgerSim without(seed, db_path("steady"), /*clock_steps=*/false);
+    ASSERT_FALSE(without.run().has_value()) << "seed " << seed;
+    stepped += with.stats().clock_steps;
+    ASSERT_EQ(with.outcome(), without.outcome()) << "seed " << seed << " (" << with.stats().clock_steps << " steps)";
+  }
+  EXPECT_GT(stepped, 25) << stepped;
+}
+
 TEST(LedgerSimulationReplay, OneSeedFromTheEnvironment) {
   const char* seed = std::getenv("CORRAL_SIM_SEED");
   if (seed == nullptr) GTEST_SKIP() << "set CORRAL_SIM_SEED to replay one run";
@@ -48,7 +64,8 @@ TEST(LedgerSimulationReplay, OneSeedFromTheEnvironment) {
   EXPECT_FALSE(broken.has_value()) << *broken;
   const auto& s = sim.stats();
   std::cout << "steps " << s.steps << ", jobs " << s.jobs << ", completed " << s.completed << ", coordinator crashes "
-            << s.coordinator_crashes << ", agent crashes " << s.agent_crashes << "\n";
+            << s.coordinator_crashes << ", agent crashes " << s.agent_crashes << ", clock steps " << s.clock_steps
+            << ", store outages " << s.store_outages << "\n";
 }
 
 TEST(LedgerSimulationSanity, RunsJobsToCompletionThroughCrashes) {
@@ -62,11 +79,15 @@ TEST(LedgerSimulationSanity, RunsJobsToCompletionThroughCrashes) {
     total.completed += sim.stats().completed;
     total.coordinator_crashes += sim.stats().coordinator_crashes;
     total.agent_crashes += sim.stats().agent_crashes;
+    total.clock_steps += sim.stats().clock_steps;
+    total.store_outages += sim.stats().store_outages;
   }
   EXPECT_GT(total.jobs, 100);
   EXPECT_GT(total.completed, total.jobs / 4);
   EXPECT_GT(total.coordinator_crashes, 20);
   EXPECT_GT(total.agent_crashes, 20);
+  EXPECT_GT(total.clock_steps, 10);
+  EXPECT_GT(total.store_outages, 10);
 }
 
 }  // namespace

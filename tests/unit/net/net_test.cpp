@@ -152,7 +152,9 @@ TEST_F(NetTest, AClientThatCouldNotConnectConnectsAtItsNextRequest) {
   std::thread thread([&loop] { loop.run(); });
   auto r = (*c)->request("GET", "/hello");
   EXPECT_TRUE(r.has_value()) << r.error().message();
-  if (r) EXPECT_EQ(r->body, "GET /hello  cn=");
+  if (r) {
+    EXPECT_EQ(r->body, "GET /hello  cn=");
+  }
   loop.post([&] {
     (*later)->stop();
     loop.stop();

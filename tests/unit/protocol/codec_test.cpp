@@ -48,7 +48,7 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
   round_trip_agent(PrepareResult{7, 1, true, false, std::string(256, 'a'), "", 29500});
   round_trip_agent(RankStarted{7, 1, 3, 999});
   round_trip_agent(RankExited{7, 1, 3, 0, 9, "killed by signal 9", false});
-  round_trip_agent(LogData{5, "line\n", 10, 15, true, ""});
+  round_trip_agent(LogData{5, "line\n", 10, 15, true, "", 0, ""});
   round_trip_agent(LogData{5, "line\n", 10, 15, true, "", 4096, "the spool was full"});
   round_trip_agent(RankJoined{7, 1, 3});
   round_trip_agent(RankStall{7, 1, 3, true, 300000, "T (stopped)"});
@@ -59,7 +59,7 @@ TEST(Codec, EveryAgentMessageRoundTrips) {
 }
 
 TEST(Codec, EveryCoordinatorMessageRoundTrips) {
-  round_trip_coordinator(Welcome{1, 1000, 10000});
+  round_trip_coordinator(Welcome{1, 1000, 10000, ""});
   round_trip_coordinator(Reconcile{{{7, 1}, {8, 0}}});
   round_trip_coordinator(Prepare{7, 1, "10.0.0.11", 29500, true});
   Launch l;
@@ -168,7 +168,7 @@ TEST(Codec, JsonNestsAtMostThirtyTwoDeepAndBracketsInStringsDoNotCount) {
 }
 
 TEST(Codec, LogBytesThatAreNotUtf8SurviveAsReplacements) {
-  LogData d{1, std::string("ok\xff\xfe"), 0, 4, false, ""};
+  LogData d{1, std::string("ok\xff\xfe"), 0, 4, false, "", 0, ""};
   auto back = decode_agent_message(encode(AgentMessage(d)));
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(std::get<LogData>(*back).data.substr(0, 2), "ok");

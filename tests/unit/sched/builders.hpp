@@ -9,7 +9,7 @@
 
 namespace corral::sched::testing {
 
-inline TimePoint at_seconds(long s) { return TimePoint(std::chrono::seconds(s)); }
+inline Instant at_seconds(long s) { return Instant(std::chrono::seconds(s)); }
 
 class NodeBuilder {
  public:

@@ -263,7 +263,7 @@ class Fuzz {
 
   std::mt19937_64 rng_;
   Scheduler s_;
-  TimePoint now_ = testing::at_seconds(1'000'000);
+  Instant now_ = testing::at_seconds(1'000'000);
   std::vector<model::Node> nodes_;
   Held held_;
   std::map<model::JobId, std::set<std::string>> released_;  // ENDING jobs' confirmed nodes

@@ -172,7 +172,7 @@ class ScenarioRunner {
   }
 
   Scheduler s_;
-  TimePoint now_ = testing::at_seconds(1'700'000'000);
+  Instant now_ = testing::at_seconds(1'700'000'000);
   int hosts_ = 0;
   std::ostringstream out_;
 };
