@@ -82,8 +82,9 @@ bool Ledger::connected(const std::string& node) const {
 std::optional<Instant> Ledger::lost_at(const std::string& node) const {
   const Link* l = link(node);
   if (l == nullptr || l->lost || (l->connected && !l->silent)) return std::nullopt;
-  // After a restart, an agent that is not back when the grace ends is lost then.
-  if (in_grace_) return grace_ends_;
+  // After a restart nothing is lost before the grace ends; an agent not back by then is
+  // lost node_lost_timeout after the restart (its last_seen).
+  if (in_grace_) return std::max(grace_ends_, l->last_seen + lost_timeout());
   return l->last_seen + lost_timeout();
 }
 
@@ -719,16 +720,20 @@ bool Ledger::all_running_nodes_synced() const {
 void Ledger::end_grace() {
   in_grace_ = false;
   spdlog::info("reconnect grace over");
-  // Agents that did not come back lose their jobs; every other node has judged its own
-  // ranks already, from what its agent said (on_synced). Ranks on a node that stays away
-  // are not confirmed dead: their GPUs and port stay fenced until it returns or an
-  // admin clears it.
+  // Every node whose agent is back has judged its own ranks already, from what its agent
+  // said (on_synced). One whose agent is not back is as silent as any other: silent
+  // since the restart (restore set its last_seen), its jobs run on, and it is lost only
+  // node_lost_timeout after the restart (then its ranks, not confirmed dead, keep their
+  // GPUs and port fenced until it returns or an admin clears it). The next walk of the
+  // links judges each.
   for (auto& [name, link] : links_) {
     const auto* node = scheduler_.node(name);
-    if (!link.connected && !link.lost && node != nullptr && node->state != model::NodeState::Down) {
+    if (!link.connected && !link.lost && node != nullptr && node->state != model::NodeState::Down &&
+        now_.mono - link.last_seen >= lost_timeout()) {
       node_lost(name, "agent did not reconnect after restart");
     }
   }
+  next_silence_check_ = {};
   out_.pass_wanted = true;
 }
 

@@ -917,6 +917,48 @@ TEST_F(SilenceTest, ANodeSilentPastNodeLostTimeoutIsLostWithItsJob) {
   EXPECT_FALSE(ledger_->scheduler().gpu_holder("b", 0).has_value());
 }
 
+// A coordinator restart is no reason to lose a node sooner: an agent not back when the
+// reconnect grace ends is silent since the restart, and lost only node_lost_timeout after it.
+TEST_F(SilenceTest, AnAgentNotBackWhenTheReconnectGraceEndsIsSilentNotLostAndCarriesOnWhenBack) {
+  model::JobId id = running_two_by_two();
+  now_ += 1s;
+  restart();
+  auto ha = hello("a", 2);
+  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
+  join("a", ha);
+  ASSERT_TRUE(ledger_->in_grace());
+  ASSERT_TRUE(ledger_->lost_at("b").has_value());
+  EXPECT_EQ(*ledger_->lost_at("b"), now_.mono + config_.node_lost_timeout);
+  only_a_beats(config_.reconnect_grace + 1s);
+  EXPECT_FALSE(ledger_->in_grace());
+  EXPECT_EQ(ledger_->scheduler().node("b")->state, model::NodeState::Up);
+  EXPECT_FALSE(ledger_->scheduler().reachable("b"));
+  EXPECT_EQ(state(id), JobState::Running);
+  EXPECT_EQ(count_events(id, "node b is silent"), 1);
+  only_a_beats(2min);
+  EXPECT_EQ(state(id), JobState::Running);
+  b_back({{id, 0, 2, 102}, {id, 0, 3, 103}});
+  EXPECT_TRUE(ledger_->scheduler().reachable("b"));
+  for (int r = 0; r < 4; ++r) say(r < 2 ? "a" : "b", protocol::RankExited{id, 0, r, 0, 0, "", false});
+  say("a", protocol::AttemptGone{id, 0});
+  say("b", protocol::AttemptGone{id, 0});
+  EXPECT_EQ(state(id), JobState::Completed);
+}
+
+TEST_F(SilenceTest, AnAgentNotBackNodeLostTimeoutAfterARestartIsLostWithItsJob) {
+  model::JobId id = running_two_by_two();
+  restart();
+  auto ha = hello("a", 2);
+  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
+  join("a", ha);
+  only_a_beats(config_.node_lost_timeout);
+  EXPECT_EQ(state(id), JobState::Running) << "not a second before node_lost_timeout";
+  only_a_beats(1s);
+  EXPECT_EQ(ledger_->scheduler().node("b")->state, model::NodeState::Down);
+  EXPECT_EQ(state(id), JobState::Ending);
+  EXPECT_EQ((*store_.job(id))->outcome, JobState::NodeFail);
+}
+
 TEST_F(SilenceTest, ARankFailingElsewhereEndsTheJobAtOnceAndTheSilentNodeHoldsItsGpusUntilItConfirms) {
   model::JobId id = running_two_by_two();
   b_silent_for(30s);
