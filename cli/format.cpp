@@ -357,7 +357,7 @@ std::string format_node_summary(const std::vector<NodeInfo>& nodes) {
     if (n.gpu_classes.empty() && !n.gpus.empty()) {
       // A coordinator from before gpu_classes lists each GPU instead.
       gpus = static_cast<int>(n.gpus.size());
-      used = static_cast<int>(std::count_if(n.gpus.begin(), n.gpus.end(), [](const GpuInfo& g) { return g.job.has_value(); }));
+      used = static_cast<int>(std::count_if(n.gpus.begin(), n.gpus.end(), [](const GpuInfo& g) { return g.held; }));
       classes.push_back("(see --gpus)");
     }
     table.add({cell(n.name), cell(n.state), std::to_string(gpus), std::to_string(used),
@@ -374,7 +374,7 @@ std::string format_nodes(const std::vector<NodeInfo>& nodes) {
                     std::to_string(n.gpus.size()), n.simulated ? "yes" : "no"});
     for (const auto& g : n.gpus) {
       gpu_table.add({std::to_string(g.index), cell(g.name), std::to_string(g.memory_mib) + " MiB",
-                     cell(g.driver), cell(g.cuda), g.job ? std::to_string(*g.job) : "-"});
+                     cell(g.driver), cell(g.cuda), g.job ? std::to_string(*g.job) : g.held ? "held" : "-"});
     }
   }
   // Both tables are aligned on their own, then interleaved: each node's GPUs under it.

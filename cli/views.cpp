@@ -192,6 +192,7 @@ NodeInfo read_node(const Json& j, const std::string& path, JsonReader& parent) {
       gpu.driver = text(g, "driver");
       gpu.cuda = text(g, "cuda");
       gpu.job = opt_i64(g, "job");
+      gpu.held = g.boolean("held", gpu.job.has_value());  // a coordinator from before "held": the job says
       n.gpus.push_back(std::move(gpu));
       r.absorb(g);
     }

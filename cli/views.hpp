@@ -91,7 +91,8 @@ struct GpuInfo {
   std::int64_t memory_mib = 0;
   std::string driver;
   std::string cuda;
-  std::optional<std::int64_t> job;
+  std::optional<std::int64_t> job;  // the job holding it, when the viewer may see it
+  bool held = false;                // held by a job (named or not: private_data: jobs)
 };
 
 // A node's GPUs of one class, as GET /v1/nodes?gpus=classes lists them.

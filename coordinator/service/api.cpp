@@ -249,7 +249,7 @@ void Coordinator::route(const net::HttpRequest& request, const Caller& caller, R
   if (parts.size() == 2 && parts[1] == "history" && m == "GET") return history(request, caller, std::move(respond));
   if (parts.size() == 2 && parts[1] == "usage" && m == "GET") return usage(request, caller, std::move(respond));
   if (parts.size() >= 2 && parts[1] == "nodes") {
-    if (parts.size() == 2 && m == "GET") return respond(list_nodes(request));
+    if (parts.size() == 2 && m == "GET") return respond(list_nodes(request, caller));
     if (parts.size() == 4 && m == "POST" && (parts[3] == "drain" || parts[3] == "resume")) {
       if (!caller.admin) return respond(error_response(403, "only an admin may drain or resume nodes"));
       return after_commit(drain_node(std::string(parts[2]), request, parts[3] == "drain"), std::move(respond));
@@ -933,7 +933,7 @@ void Coordinator::answer_stack(StackWait wait) {
   wait.respond(json_response(200, Json{{"job", wait.job}, {"ranks", ranks}}));
 }
 
-net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request) {
+net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request, const Caller& caller) {
   NodeGpus gpus = NodeGpus::Each;
   if (auto it = request.query.find("gpus"); it != request.query.end()) {
     if (it->second == "classes") {
@@ -949,7 +949,14 @@ net::HttpResponse Coordinator::list_nodes(const net::HttpRequest& request) {
     NodeView v;
     v.node = node;
     link_view(node->name, now, v);
-    for (const auto& g : node->gpus) v.holders.push_back(ledger_.scheduler().gpu_holder(node->name, g.index));
+    for (const auto& g : node->gpus) {
+      auto holder = ledger_.scheduler().gpu_holder(node->name, g.index);
+      if (holder && config_.private_data.jobs) {
+        const Job* j = ledger_.any_job(*holder);
+        if (j == nullptr || job_hidden_from(j->record.user, &caller)) holder = 0;  // held, by a job not shown
+      }
+      v.holders.push_back(holder);
+    }
     if (!names.empty()) out += ',';
     node_listing_->append(v, gpus, out);
     names.push_back(node->name);

@@ -182,7 +182,7 @@ class Coordinator final : public net::ServerHandler {
   // private_data: jobs, and the job is neither the caller's nor the caller an admin's
   // (a null caller: an anonymous status page, which sees no job).
   bool job_hidden_from(const std::string& owner, const Caller* caller) const;
-  net::HttpResponse list_nodes(const net::HttpRequest& request);
+  net::HttpResponse list_nodes(const net::HttpRequest& request, const Caller& caller);
   net::HttpResponse drain_node(const std::string& name, const net::HttpRequest& request, bool drain);
   // An admin says the node's unconfirmed ranks are dead (the node will not come back).
   net::HttpResponse clear_node(const std::string& name, const Caller& caller);

@@ -130,7 +130,8 @@ Json node_json(const NodeView& view, NodeGpus listed) {
   if (listed == NodeGpus::Each) {
     for (std::size_t i = 0; i < n.gpus.size(); ++i) {
       Json g = protocol::to_json(n.gpus[i]);
-      g["job"] = holder(i) ? Json(*holder(i)) : Json(nullptr);
+      g["held"] = holder(i).has_value();
+      g["job"] = holder(i) && *holder(i) != 0 ? Json(*holder(i)) : Json(nullptr);
       gpus.push_back(std::move(g));
     }
   } else {

@@ -46,7 +46,9 @@ struct NodeView {
   std::optional<TimePoint> lost_at;
   std::string driver;
   std::string cuda;
-  std::vector<std::optional<model::JobId>> holders;  // per GPU, in node.gpus order
+  // Per GPU, in node.gpus order: the job holding it; 0 for one held by a job the viewer
+  // may not see (private_data: jobs).
+  std::vector<std::optional<model::JobId>> holders;
 };
 // How a node's GPUs are listed: each one, or grouped by class ("gpu_classes": product,
 // memory, driver, cuda, how many, how many a job holds) for a listing a line per node.

@@ -1201,6 +1201,9 @@ TEST_F(PrivateDataTest, WithoutPrivateDataEveryUserSeesEveryonesJobsHistoryAndUs
   EXPECT_EQ(anonymous.queue, (std::vector<model::JobId>{admins_running_, bobs_running_}));
   EXPECT_EQ(anonymous.holders.size(), 2u);
   EXPECT_EQ(anonymous.gpus, (std::vector<std::pair<model::JobId, bool>>{{admins_running_, true}, {bobs_running_, true}}));
+  Json nodes = get(bob_, "/v1/nodes");
+  EXPECT_EQ(nodes[0]["gpus"][0]["job"], admins_running_);
+  EXPECT_EQ(nodes[0]["gpus"][0]["held"], true);
   auto metrics = call("", "GET", "/metrics");
   EXPECT_NE(metrics.body.find("corral_gpus_allocated_by_user{user=\"bob\"} 1"), std::string::npos) << metrics.body;
 }
@@ -1270,6 +1273,20 @@ TEST_F(PrivateDataTest, PrivateDataShowsAUserTheirOwnJobsHistoryAndUsageAndAnAdm
   EXPECT_EQ(admin.gpus, (std::vector<std::pair<model::JobId, bool>>{{admins_running_, true}, {bobs_running_, true}}));
   // A token the coordinator does not know is refused, not taken for no token.
   EXPECT_EQ(call(std::string(64, 'f'), "GET", "/v1/status").status, 401);
+
+  // The node listing (corral nodes --gpus): every GPU held, only the viewer's jobs named.
+  auto node_gpus = [&](const std::string& token) {
+    std::vector<std::pair<model::JobId, bool>> out;
+    const Json nodes = get(token, "/v1/nodes");  // kept: a range-for over a temporary's member dangles
+    for (const auto& g : nodes[0]["gpus"]) {
+      out.emplace_back(g["job"].is_null() ? 0 : g["job"].get<model::JobId>(), g["held"]);
+    }
+    return out;
+  };
+  EXPECT_EQ(node_gpus(bob_), (std::vector<std::pair<model::JobId, bool>>{{0, true}, {bobs_running_, true}}));
+  EXPECT_EQ(node_gpus(admin_),
+            (std::vector<std::pair<model::JobId, bool>>{{admins_running_, true}, {bobs_running_, true}}));
+  EXPECT_EQ(get(bob_, "/v1/nodes?gpus=classes")[0]["gpu_classes"][0]["used"], 2);
 
   // Metrics: the per-user series for an admin's scrape only.
   for (const std::string& token : {std::string(), bob_}) {

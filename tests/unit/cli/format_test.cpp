@@ -290,6 +290,22 @@ TEST(FormatNodes, ANodeLineThenItsGpusAndSimulatedNodesAreLabelled) {
             "gpu-c  down     no heartbeat for 12s          10.0.0.13  0     no\n");
 }
 
+// With private_data: jobs, a GPU held by another user's job is held, its job not named.
+TEST(FormatNodes, AGpuHeldByAJobTheViewerMayNotSeeSaysHeld) {
+  auto nodes = parse_nodes(R"([{"name": "gpu-a", "address": "10.0.0.11", "state": "up", "reason": "",
+      "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "driver": "550.54.15",
+                "cuda": "12.4", "held": true, "job": null},
+               {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "driver": "550.54.15",
+                "cuda": "12.4", "held": false, "job": null}]}])");
+  ASSERT_TRUE(nodes.has_value()) << nodes.error().message();
+  EXPECT_EQ(format_nodes(*nodes),
+            "NAME   STATE  REASON  ADDRESS    GPUS  SIMULATED\n"
+            "gpu-a  up     -       10.0.0.11  2     no\n"
+            "    GPU  PRODUCT                MEMORY     DRIVER     CUDA  JOB\n"
+            "    0    NVIDIA A100-SXM4-80GB  81920 MiB  550.54.15  12.4  held\n"
+            "    1    NVIDIA A100-SXM4-80GB  81920 MiB  550.54.15  12.4  -\n");
+}
+
 // What GET /v1/nodes?gpus=classes gives for the nodes of kNodesJson.
 constexpr std::string_view kNodeClassesJson = R"([
   {"name": "gpu-a", "address": "10.0.0.11", "state": "up", "reason": "", "simulated": true, "connected": true,
