@@ -99,6 +99,25 @@ class LedgerTest : public ::testing::Test {
     say("b", protocol::AttemptGone{id, 0});
     ASSERT_EQ(state(id), JobState::Completed);
   }
+  // Time passes by seconds: the `beating` agents send heartbeats, the coordinator ticks
+  // (and, with `passes`, runs its scheduling passes) and commits.
+  void beats(Duration d, const std::vector<std::string>& beating, bool passes = false) {
+    for (Duration t = Duration::zero(); t < d; t += 1s) {
+      now_ += 1s;
+      for (const auto& node : beating) ledger_->agent_message(node, protocol::Heartbeat{}, now_);
+      ledger_->tick(now_);
+      if (passes) ledger_->schedule(now_);
+      commit();
+    }
+  }
+  // `node` ("a" or "b") says hello listing its ranks of running_two_by_two's job `id`
+  // (a: 0 and 1, b: 2 and 3), attempt 0, and syncs.
+  void rejoin(const std::string& node, model::JobId id) {
+    auto h = hello(node, 2);
+    const int first = node == "a" ? 0 : 2;
+    h.running = {{id, 0, first, 100 + first}, {id, 0, first + 1, 101 + first}};
+    join(node, h);
+  }
   JobState state(model::JobId id) {
     auto rec = store_.job(id);
     return rec && *rec ? (*rec)->state : JobState::Pending;
@@ -306,9 +325,7 @@ TEST_F(LedgerTest, ARankItsAgentDoesNotKnowAfterSyncedIsLost) {
   join("b", hello("b", 2));
   model::JobId id = running_two_by_two();
   restart();
-  auto ha = hello("a", 2);
-  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
-  join("a", ha);
+  rejoin("a", id);
   join("b", hello("b", 2));  // knows nothing of ranks 2 and 3, reported nothing
   EXPECT_EQ(state(id), JobState::Ending);
   EXPECT_EQ((*store_.job(id))->outcome, JobState::NodeFail);
@@ -721,12 +738,8 @@ TEST_F(RendezvousTest, ARestartedCoordinatorDoesNotJudgeADeadlineThatPassedBefor
   say("a", protocol::RankJoined{id, 0, 0});
   now_ += 11s;  // the coordinator was down across the deadline
   restart();
-  auto ha = hello("a", 2);
-  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
-  auto hb = hello("b", 2);
-  hb.running = {{id, 0, 2, 102}, {id, 0, 3, 103}};
-  join("a", ha);
-  join("b", hb);
+  rejoin("a", id);
+  rejoin("b", id);
   pass(1s);
   EXPECT_TRUE(sent_to<protocol::Inspect>("b").empty());
   EXPECT_EQ(state(id), JobState::Running);
@@ -825,14 +838,7 @@ class SilenceTest : public LedgerTest {
     join("b", hello("b", 2));
   }
   // Time passes by seconds; a beats, b says nothing.
-  void only_a_beats(Duration d) {
-    for (Duration t = Duration::zero(); t < d; t += 1s) {
-      now_ += 1s;
-      ledger_->agent_message("a", protocol::Heartbeat{}, now_);
-      ledger_->tick(now_);
-      commit();
-    }
-  }
+  void only_a_beats(Duration d) { beats(d, {"a"}); }
   // b's link closed (as the service does once the ledger asks it) and b said nothing for d.
   void b_silent_for(Duration d) {
     only_a_beats(config_.node_timeout + 1s);
@@ -923,9 +929,7 @@ TEST_F(SilenceTest, AnAgentNotBackWhenTheReconnectGraceEndsIsSilentNotLostAndCar
   model::JobId id = running_two_by_two();
   now_ += 1s;
   restart();
-  auto ha = hello("a", 2);
-  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
-  join("a", ha);
+  rejoin("a", id);
   ASSERT_TRUE(ledger_->in_grace());
   ASSERT_TRUE(ledger_->lost_at("b").has_value());
   EXPECT_EQ(*ledger_->lost_at("b"), now_.mono + config_.node_lost_timeout);
@@ -948,9 +952,7 @@ TEST_F(SilenceTest, AnAgentNotBackWhenTheReconnectGraceEndsIsSilentNotLostAndCar
 TEST_F(SilenceTest, AnAgentNotBackNodeLostTimeoutAfterARestartIsLostWithItsJob) {
   model::JobId id = running_two_by_two();
   restart();
-  auto ha = hello("a", 2);
-  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
-  join("a", ha);
+  rejoin("a", id);
   only_a_beats(config_.node_lost_timeout);
   EXPECT_EQ(state(id), JobState::Running) << "not a second before node_lost_timeout";
   only_a_beats(1s);
@@ -1005,23 +1007,10 @@ TEST_F(SilenceTest, ARankFailingElsewhereWhileANodeStaysSilentFencesItsGpusOnceI
 
 // ---- clock steps: the wall clock dates, the monotonic clock times
 
-class ClockStepTest : public LedgerTest, public ::testing::WithParamInterface<Duration> {
+class ClockStepTest : public SilenceTest, public ::testing::WithParamInterface<Duration> {
  protected:
-  void SetUp() override {
-    join("a", hello("a", 2));
-    join("b", hello("b", 2));
-  }
   // Time passes by seconds; both agents beat, the coordinator ticks and runs its passes.
-  void both_beat(Duration d) {
-    for (Duration t = Duration::zero(); t < d; t += 1s) {
-      now_ += 1s;
-      ledger_->agent_message("a", protocol::Heartbeat{}, now_);
-      ledger_->agent_message("b", protocol::Heartbeat{}, now_);
-      ledger_->tick(now_);
-      ledger_->schedule(now_);
-      commit();
-    }
-  }
+  void both_beat(Duration d) { beats(d, {"a", "b"}, /*passes=*/true); }
 };
 
 // Forward or back, by seconds or an hour: no node is found silent, the job's time limit
@@ -1093,12 +1082,8 @@ TEST_F(ClockStepTest, AfterARestartATimeLimitCountsFromTheStartTheWallClockDated
   both_beat(10min);
   now_.mono = instant_from_millis(42);  // a new process (or a new boot)
   restart();
-  auto ha = hello("a", 2);
-  ha.running = {{id, 0, 0, 100}, {id, 0, 1, 101}};
-  auto hb = hello("b", 2);
-  hb.running = {{id, 0, 2, 102}, {id, 0, 3, 103}};
-  join("a", ha);
-  join("b", hb);
+  rejoin("a", id);
+  rejoin("b", id);
   both_beat(20min - 1s);
   EXPECT_EQ(state(id), JobState::Running);
   both_beat(1s);
