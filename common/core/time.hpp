@@ -25,7 +25,7 @@ std::optional<TimePoint> parse_rfc3339(std::string_view text);
 // The timeline every timeout, grace, heartbeat deadline and time limit runs on: the
 // host's monotonic clock, in milliseconds from an arbitrary origin. It never steps, so a
 // wall-clock step (at boot, on VM resume, when NTP first syncs) moves no deadline. Not a
-// date: never stored, never shown; a date is a TimePoint.
+// date: never stored, never shown (it has no to_millis), and never mixed with a TimePoint.
 struct MonotonicClock {
   using rep = Duration::rep;
   using period = Duration::period;
@@ -35,7 +35,6 @@ struct MonotonicClock {
 };
 using Instant = MonotonicClock::time_point;
 
-inline std::int64_t to_millis(Instant t) { return t.time_since_epoch().count(); }
 inline Instant instant_from_millis(std::int64_t ms) { return Instant(Duration(ms)); }
 
 // One reading of both clocks: `wall` dates what happens, `mono` times it.

@@ -1102,10 +1102,11 @@ net::HttpResponse Coordinator::metrics(const Caller* caller) {
   for (const auto* n : scheduler.nodes()) line("corral_node_up", labels({{"node", n->name}}), n->state == model::NodeState::Up);
   family("corral_agent_last_heartbeat_seconds", "gauge",
          "Unix time of the last message from the node's agent (time() minus it: how long it has been silent).");
+  const Now now = clock_.read();
   for (const auto* n : scheduler.nodes()) {
     if (const auto* link = ledger_.link(n->name)) {
       line("corral_agent_last_heartbeat_seconds", labels({{"node", n->name}}),
-           static_cast<double>(to_millis(link->last_seen)) / 1000.0);
+           static_cast<double>(to_millis(now.date_of(link->last_seen))) / 1000.0);
     }
   }
   family("corral_gpus", "gauge", "GPUs by node, class and state: allocated (held by a job), free, drained, down.");

@@ -448,6 +448,13 @@ TEST_F(CliClusterTest, MetricsPassPromtoolAndCountGpusJobsAndWaitsAsTheyAre) {
   }
   EXPECT_NE(m.find("corral_jobs_ended_total{state=\"COMPLETED\",user=\"" + current_user() + "\"} 1\n"), std::string::npos)
       << m;
+  // The last heartbeat is a Unix time (Prometheus' time() minus it: the silence), now-ish.
+  const std::string beat = "corral_agent_last_heartbeat_seconds{node=\"gpu-b\"} ";
+  if (auto at = m.find(beat); at != std::string::npos) {
+    const double seconds = std::stod(m.substr(at + beat.size()));
+    const double unix_now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    EXPECT_NEAR(seconds, unix_now, 60.0) << m;
+  }
   EXPECT_NE(m.find("corral_gpus_allocated_by_user{user=\"" + current_user() + "\"} 2\n"), std::string::npos) << m;
   if (::access("/usr/bin/promtool", X_OK) != 0) GTEST_SKIP() << "promtool is not installed (Debian: prometheus)";
   std::ofstream(dir_.file("metrics.txt")) << m;
