@@ -488,8 +488,9 @@ void Agent::rank_done(const Key& key, Rank& rank, int status, bool group_gone) {
   protocol::RankExited m{key.first, key.second, rank.rank, 0, 0, describe_status(status), false};
   if (WIFEXITED(status)) m.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) m.signal = WTERMSIG(status);
-  spdlog::info("job {} rank {} {}", key.first, rank.rank, m.reason);
+  // Logged once kept on disk: a line that says how a rank ended is never lost by a kill.
   report_end(m, Spool::marker_name(key.first, key.second, rank.rank));
+  spdlog::info("job {} rank {} {}", key.first, rank.rank, m.reason);
   Job& job = jobs_[key];
   bool all = std::all_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r.second.exited; });
   if (job.escalation) job.escalation->exited(rank.rank);

@@ -528,7 +528,6 @@ void Ledger::apply_change(const sched::JobChange& change) {
     case JobState::Starting:
       rec.allocation = change.allocation;
       rec.started_at = now.wall;
-      job->started = now.mono;
       rec.ended_at.reset();
       rec.reason.clear();
       rec.detail.clear();
@@ -600,7 +599,7 @@ void Ledger::apply_change(const sched::JobChange& change) {
   if (model::is_terminal(change.to)) {
     ++stats_.ended[static_cast<int>(change.to)];
     ++stats_.ended_by_user[{change.to, rec.user}];
-    if (rec.started_at) stats_.run_seconds.observe(std::chrono::duration<double>(now.mono - job->started).count());
+    if (change.started) stats_.run_seconds.observe(std::chrono::duration<double>(now.mono - *change.started).count());
     ended_unsettled_.emplace_back(change.job, change.to);
     Job ended = std::move(*job);
     jobs_.erase(change.job);
@@ -1222,11 +1221,16 @@ void Ledger::on_rank_joined(const std::string& node, const protocol::RankJoined&
   const auto& ranks = job->record.ranks;
   bool all = std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.joined_at.has_value(); });
   std::string event;
-  if (all && job->record.started_at) {
-    event = "rendezvous complete after " + std::to_string((now_.mono - job->started).count()) + " ms: all " +
+  if (auto started = attempt_started(m.job); all && started) {
+    event = "rendezvous complete after " + std::to_string((now_.mono - *started).count()) + " ms: all " +
             std::to_string(ranks.size()) + " ranks checked in";
   }
   persist_ranks(*job, std::move(event));
+}
+
+std::optional<Instant> Ledger::attempt_started(model::JobId id) const {
+  const sched::SchedJob* held = scheduler_.job(id);
+  return held == nullptr ? std::nullopt : held->started_at;
 }
 
 void Ledger::check_rendezvous(Job& job) {
@@ -1239,7 +1243,8 @@ void Ledger::check_rendezvous(Job& job) {
     if (rv.asked.empty() || now_.mono >= rv.answers_by) end_rendezvous(job);
     return;
   }
-  if (now_.mono < job.started + job.spec.rendezvous_timeout) return;
+  auto started = attempt_started(rec.id);
+  if (!started || now_.mono < *started + job.spec.rendezvous_timeout) return;
   // Missing: ranks that neither checked in nor ended (one that exited 0 before it was
   // seen did its part).
   std::map<std::string, std::vector<int>> missing;  // by node
@@ -1559,10 +1564,11 @@ Result<void> Ledger::restore(store::Snapshot snapshot, Now now, const EndedLooku
     Job job{record, *spec, {}, {}, false, {}, {}};
     // The monotonic clock starts over with each process: what ran before is dated by the
     // wall clock, the one time both processes share.
-    if (record.started_at) job.started = now.instant_of(*record.started_at);
+    std::optional<Instant> started;
+    if (record.started_at) started = now.instant_of(*record.started_at);
     // A deadline that passed before this process started was judged by the one before
     // (or would be judged now on a partial view): not again.
-    if (record.started_at && now.mono >= job.started + spec->rendezvous_timeout) {
+    if (started && now.mono >= *started + spec->rendezvous_timeout) {
       job.rendezvous.phase = Job::Rendezvous::Phase::Done;
     }
     Result<void> ok;
@@ -1576,7 +1582,7 @@ Result<void> Ledger::restore(store::Snapshot snapshot, Now now, const EndedLooku
       sj.state = record.state;
       sj.attempt = record.attempt;
       sj.submitted_at = now.instant_of(record.submitted_at);
-      if (record.started_at) sj.started_at = job.started;
+      sj.started_at = started;
       sj.allocation = record.allocation;
       sj.outcome = record.outcome;
       if (record.state == JobState::Ending) {

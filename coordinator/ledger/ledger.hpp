@@ -92,9 +92,6 @@ class Ledger {
       bool reported = false;
     };
     Hang hang;
-    // While record.started_at is set: that start on the monotonic timeline, which the
-    // attempt's deadlines count from (a wall-clock step moves none of them).
-    Instant started{};
   };
   // What a node's agent last told us.
   struct Link {
@@ -274,6 +271,9 @@ class Ledger {
   // At the deadline: asks the agents of the ranks that did not check in what they do;
   // once they answered (or a second passed), fails the job or warns.
   void check_rendezvous(Job& job);
+  // When the live job's attempt started, on the monotonic timeline (the scheduler keeps
+  // it; a wall-clock step moves no deadline counted from it); nullopt before it started.
+  std::optional<Instant> attempt_started(model::JobId id) const;
   void end_rendezvous(Job& job);
   // Records that no process of the job's attempt is left on `node`; RanksGone once that
   // holds on every node. `why` goes to the event log.

@@ -534,6 +534,7 @@ std::vector<Decision> Scheduler::apply(SchedJob& job, const Transition& t, JobEv
     change.allocation = job.allocation;
     release(job, now);
   }
+  if (t.to == JobState::Pending || model::is_terminal(t.to)) change.started = job.started_at;
   if (t.new_attempt) ++job.attempt;
   job.state = t.to;
   job.outcome = t.outcome;

@@ -87,6 +87,9 @@ struct JobChange {
   // to == STARTING: the new allocation. Leaving ENDING (or STARTING on PortBusy): the one
   // released.
   std::optional<model::Allocation> allocation;
+  // Leaving an attempt that started (to PENDING or a terminal state): when it started, on
+  // the monotonic timeline (the job's run time; the scheduler keeps it no longer).
+  std::optional<Instant> started;
   EventInfo info;
   std::string text;                             // for the job event log
 };

@@ -236,7 +236,6 @@ Result<std::string> SqliteStore::pragma(std::string_view name) {
 
 // ---- writes ----
 
-
 std::vector<Result<void>> SqliteStore::commit(std::span<const Change> changes) {
   std::vector<Result<void>> results;
   if (changes.empty()) return results;
